@@ -1,0 +1,57 @@
+// families.h — the published schedules, as functions problem → schedule.
+//
+// One table lists every family for the CLI, the tests and the docs. A family fixes the placement
+// it runs on (1F1B is linear, ZB-V is V-shaped, ...); build_family() re-cuts the problem's model
+// to that placement (see rechunk) and returns the problem it actually scheduled with the schedule.
+// A family that cannot handle a problem (e.g. DualPipeV with too few microbatches) says why.
+//
+//   for (const Family& f : families()) {
+//     Result<FamilySchedule> r = build_family(f, problem);
+//     if (r.ok()) simulate(r.value.problem, r.value.schedule);
+//   }
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "optpipe/problem.h"
+#include "optpipe/schedule.h"
+#include "optpipe/status.h"
+
+namespace optpipe {
+
+using FamilyFn = Result<Schedule> (*)(const Problem& p);
+
+struct Family {
+  const char* name;         // "1f1b", "zb-h1", ...
+  Placement placement;      // the placement it schedules
+  int chunks_per_device;    // v it uses (0: the problem's own, for interleaved)
+  FamilyFn make;            // expects a problem already in that placement
+  const char* description;  // one line: what it trades
+};
+
+const std::vector<Family>& families();
+const Family* find_family(const std::string& name);
+
+struct FamilySchedule {
+  Problem problem;  // the input re-cut to the family's placement
+  Schedule schedule;
+};
+
+// chunks_per_device: for families that accept any v (interleaved); 0 picks the family's default.
+Result<FamilySchedule> build_family(const Family& f, const Problem& p, int chunks_per_device = 0);
+
+// The family functions, one file each.
+Result<Schedule> make_gpipe(const Problem& p);
+Result<Schedule> make_1f1b(const Problem& p);
+Result<Schedule> make_interleaved_1f1b(const Problem& p);
+Result<Schedule> make_zb_h1(const Problem& p);
+Result<Schedule> make_zb_h2(const Problem& p);
+Result<Schedule> make_zb_v(const Problem& p);
+Result<Schedule> make_v_half(const Problem& p);
+Result<Schedule> make_v_min(const Problem& p);
+Result<Schedule> make_dualpipe_v(const Problem& p);
+Result<Schedule> make_pipeoffload(const Problem& p);
+Result<Schedule> make_1f1b_recompute(const Problem& p);
+
+}  // namespace optpipe

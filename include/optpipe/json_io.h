@@ -1,0 +1,32 @@
+// json_io.h — problems and schedules as JSON files, read strictly.
+//
+// Reading rejects what it does not understand: malformed JSON, unknown fields, wrong types,
+// missing required fields. Every error names the field ("stages[3].t_b_us: expected a number").
+// A problem read here is also passed through check_problem().
+//
+//   Result<Problem> p = problem_from_json(text);
+//   std::string out = schedule_to_json(schedule);  // {"format": "optpipe.schedule/1", ...}
+#pragma once
+
+#include <string>
+
+#include "optpipe/problem.h"
+#include "optpipe/schedule.h"
+#include "optpipe/status.h"
+
+namespace optpipe {
+
+constexpr const char* kProblemFormat = "optpipe.problem/1";
+constexpr const char* kScheduleFormat = "optpipe.schedule/1";
+
+Result<Problem> problem_from_json(const std::string& text);
+std::string problem_to_json(const Problem& p);  // pretty-printed, every field
+
+Result<Schedule> schedule_from_json(const std::string& text);
+std::string schedule_to_json(const Schedule& s);  // one op name per entry, e.g. "BW3 s1"
+
+// Whole-file helpers: the error names the path when the file cannot be read.
+Result<std::string> read_text_file(const std::string& path);
+Status write_text_file(const std::string& path, const std::string& text);
+
+}  // namespace optpipe

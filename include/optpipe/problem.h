@@ -1,0 +1,116 @@
+// problem.h — the pipeline scheduling problem, as plain data.
+//
+// A model is cut into S = D·v chunks ("stages", in model order) placed on D devices; M
+// microbatches flow through them. Every stage has a cost (durations of its F, B, W and R passes)
+// and a memory footprint (activation deltas of those passes, transient workspaces); every device
+// has a static footprint, a budget, and a host link for offloading. Nothing here changes while a
+// problem is solved: every algorithm takes a `const Problem&`.
+//
+//   Problem p = default_problem();          // or read_problem_json(...)
+//   Status s = check_problem(p);            // names the first bad field, if any
+//   int d = p.device_of(3);                 // which device runs stage 3
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "optpipe/status.h"
+
+namespace optpipe {
+
+// Where stage s lives. Linear: v = 1, stage s on device s. Interleaved: v ≥ 1, device s mod D.
+// V-shape: v = 2, stage s < D on device s, stage s ≥ D on device 2D−1−s.
+enum class Placement { kLinear, kInterleaved, kVShape };
+
+const char* placement_name(Placement p);
+bool parse_placement(const std::string& name, Placement* out);
+
+// One chunk of the model. Memory deltas follow DESIGN.md: F adds act_f_bytes when it starts,
+// B adds act_b_bytes and W adds act_w_bytes when they end, and the three sum to zero.
+struct StageSpec {
+  double t_f_us = 0;  // forward
+  double t_b_us = 0;  // backward for the input (activation gradient)
+  double t_w_us = 0;  // backward for the weights
+  double t_r_us = 0;  // recompute of the forward from the kept input (usually = t_f_us)
+
+  int64_t act_f_bytes = 0;      // kept by F until backward (≥ 0)
+  int64_t act_b_bytes = 0;      // released by B (≤ 0 in practice)
+  int64_t act_w_bytes = 0;      // released by W (what the weight gradient still needed)
+  int64_t act_input_bytes = 0;  // the chunk input, all F keeps when its activation is recomputed
+
+  int64_t ws_f_bytes = 0;  // transient workspace while F (and R) runs
+  int64_t ws_b_bytes = 0;  // ... while B runs
+  int64_t ws_w_bytes = 0;  // ... while W runs (a fused BW takes the larger of B and W)
+};
+
+struct DeviceSpec {
+  int64_t static_bytes = 0;      // parameters, gradients, optimizer state
+  int64_t mem_budget_bytes = 0;  // the peak of static + activations + workspace may not exceed it
+  int host_link = 0;             // devices with the same host link share its two channels
+};
+
+// Device↔host transfers: duration = latency + bytes / bandwidth, one transfer at a time per
+// direction on each host link.
+struct HostLinkSpec {
+  double d2h_gb_per_s = 25;  // offload direction, 1 GB = 1e9 bytes
+  double h2d_gb_per_s = 25;  // reload direction
+  double latency_us = 10;
+};
+
+struct Problem {
+  int num_devices = 0;       // D
+  int num_microbatches = 0;  // M
+  Placement placement = Placement::kLinear;
+  int chunks_per_device = 1;  // v; S = D·v
+  double t_comm_us = 0;       // activation/gradient hop between stages on different devices
+  std::vector<StageSpec> stages;    // S entries, model order
+  std::vector<DeviceSpec> devices;  // D entries
+  HostLinkSpec host_link;
+
+  int num_stages() const { return num_devices * chunks_per_device; }
+
+  int device_of(int stage) const {
+    switch (placement) {
+      case Placement::kLinear: return stage;
+      case Placement::kInterleaved: return stage % num_devices;
+      case Placement::kVShape: return stage < num_devices ? stage : 2 * num_devices - 1 - stage;
+    }
+    return -1;
+  }
+
+  // Durations of moving stage s's kept activation to the host and back.
+  double offload_us(int stage) const;
+  double reload_us(int stage) const;
+};
+
+// Returns Ok, or an InvalidInput status whose message names the first bad field
+// (e.g. "stages[2].t_f_us: must be finite and ≥ 0, got -1").
+Status check_problem(const Problem& p);
+
+// A problem whose stages all cost the same, with one memory budget for every device.
+struct UniformSpec {
+  int num_devices = 4;
+  int num_microbatches = 8;
+  Placement placement = Placement::kLinear;
+  int chunks_per_device = 1;
+  double t_f_us = 1000, t_b_us = 1000, t_w_us = 1000;
+  double t_comm_us = 0;
+  int64_t act_f_bytes = 1 << 30;
+  int64_t act_w_bytes = -(1 << 28);  // act_b_bytes = −act_f_bytes − act_w_bytes
+  int64_t act_input_bytes = 1 << 24;
+  int64_t static_bytes = 16ll << 30;
+  int64_t mem_budget_bytes = 80ll << 30;
+};
+Problem make_uniform_problem(const UniformSpec& spec);
+
+// The built-in problem every command uses when given none.
+Problem default_problem();
+
+// The same model re-cut for another placement: S' = D·v' stages. When S' is a multiple of S each
+// stage is split evenly into S'/S consecutive pieces (times and bytes divided; the kept input
+// stays whole); when S is a multiple of S', consecutive groups are merged (summed). Devices,
+// budgets and links are unchanged.
+Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_device);
+
+}  // namespace optpipe

@@ -1,0 +1,77 @@
+// schedule.h — a pipeline schedule: what each device runs, in which order. No times.
+//
+// Per device: the ordered compute ops (F, B, W, BW, R), the ordered offloads, and the ordered
+// reloads, each reload anchored to the compute op whose start releases it. The simulator derives
+// all times from this, so the solver, simulator, exporters and runtime read one meaning.
+//
+// Which activations are offloaded or recomputed is part of the schedule itself: F(s,i) is
+// offloaded iff Offload(s,i) appears, recomputed iff R(s,i) appears; B(s,i)+W(s,i) or a fused
+// BW(s,i) finishes the backward.
+//
+//   Schedule s = ...;                       // from a family or the optimizer
+//   s.devices[0].compute.push_back({OpKind::kF, /*stage=*/0, /*microbatch=*/0});
+//   int id = op_id(problem, op);            // dense index shared by simulator arrays
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "optpipe/problem.h"
+
+namespace optpipe {
+
+// Append new kinds at the end: op ids depend on the numbering.
+enum class OpKind : uint8_t { kF = 0, kB, kW, kBW, kR, kOffload, kReload };
+constexpr int kNumOpKinds = 7;
+
+const char* op_kind_name(OpKind k);  // "F", "B", "W", "BW", "R", "OFFLOAD", "RELOAD"
+bool is_compute(OpKind k);           // F, B, W, BW, R run on the compute stream
+
+struct Op {
+  OpKind kind = OpKind::kF;
+  int32_t stage = 0;
+  int32_t microbatch = 0;
+
+  bool operator==(const Op& o) const {
+    return kind == o.kind && stage == o.stage && microbatch == o.microbatch;
+  }
+  bool operator!=(const Op& o) const { return !(*this == o); }
+};
+
+// "F3 s1": forward of microbatch 3 on stage 1. Also used in messages and the JSON format.
+std::string op_name(const Op& op);
+bool parse_op_name(const std::string& text, Op* out);
+
+struct ReloadEntry {
+  Op reload;  // kind kReload
+  Op anchor;  // a compute op on the same device, before the B/BW this reload feeds
+};
+
+struct DeviceSchedule {
+  std::vector<Op> compute;
+  std::vector<Op> offloads;          // kind kOffload
+  std::vector<ReloadEntry> reloads;  // in issue order on the host-to-device channel
+};
+
+struct Schedule {
+  // The stage→device map the schedule was made for; it must match the problem's.
+  Placement placement = Placement::kLinear;
+  int chunks_per_device = 1;
+  std::vector<DeviceSchedule> devices;  // one per device
+
+  size_t num_ops() const;
+};
+
+// Dense id: kind·S·M + stage·M + microbatch. Arrays of size num_op_ids(p) index by it.
+inline int op_id(int num_stages, int num_microbatches, const Op& op) {
+  return (static_cast<int>(op.kind) * num_stages + op.stage) * num_microbatches + op.microbatch;
+}
+inline int op_id(const Problem& p, const Op& op) { return op_id(p.num_stages(), p.num_microbatches, op); }
+inline int num_op_ids(const Problem& p) { return kNumOpKinds * p.num_stages() * p.num_microbatches; }
+inline Op op_from_id(const Problem& p, int id) {
+  const int M = p.num_microbatches, S = p.num_stages();
+  return Op{static_cast<OpKind>(id / (S * M)), (id / M) % S, id % M};
+}
+
+}  // namespace optpipe

@@ -1,0 +1,74 @@
+// simulate.h — the one authority on time and memory.
+//
+// Every op starts as soon as its resource is free and its inputs are ready, in the order the
+// schedule gives per resource. Resources: each device's compute stream, and each host link's
+// device-to-host and host-to-device channels (one transfer at a time per direction; a link
+// shared by several devices serves their transfers first come, first served, ties to the lower
+// device). Inputs:
+//   F(s,i)       after F(s−1,i)                 (+ t_comm_us if on another device)
+//   B/BW(s,i)    after F(s,i), after B/BW(s+1,i) (+ t_comm_us), after R(s,i) / Reload(s,i) if any
+//   W(s,i)       after B(s,i)
+//   R(s,i)       after F(s,i)
+//   Offload(s,i) after F(s,i);  Reload(s,i) after Offload(s,i) and not before its anchor starts
+// Memory per device: static bytes, plus activation deltas (allocations when an op starts, frees
+// when it ends; at equal times frees come first), plus workspace while an op runs.
+//
+//   SimResult r = simulate(problem, schedule);
+//   if (r.ok()) printf("%f us, bubble %.1f%%\n", r.timeline.makespan_us, 100 * r.timeline.bubble_ratio);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "optpipe/problem.h"
+#include "optpipe/schedule.h"
+#include "optpipe/status.h"
+
+namespace optpipe {
+
+struct MemoryPoint {
+  double time_us;
+  int64_t bytes;  // static + live activations + workspace, from this time on
+};
+
+struct DeviceFigures {
+  double busy_us = 0;         // compute-stream time in use
+  double first_start_us = 0;  // first op start
+  double last_end_us = 0;     // last op end
+  double idle_us = 0;         // makespan − busy
+  int64_t peak_bytes = 0;     // peak of static + activations + workspace
+  double peak_time_us = 0;    // when the peak is first reached
+  Op peak_op;                 // the op whose allocation reaches the peak
+  int64_t offload_bytes = 0;  // moved to the host
+  int64_t reload_bytes = 0;   // moved back
+  double d2h_busy_us = 0;     // this device's transfers on its device-to-host channel
+  double h2d_busy_us = 0;
+  int num_recomputes = 0;
+};
+
+struct Timeline {
+  std::vector<double> start_us;  // by op_id; NaN for ops the schedule does not contain
+  std::vector<double> end_us;
+  std::vector<DeviceFigures> devices;
+  double makespan_us = 0;  // end of the last op anywhere
+  double max_span_us = 0;  // longest per-device span (steady-state period)
+  double bubble_ratio = 0;  // 1 − Σ busy / (D · makespan)
+  std::vector<std::vector<MemoryPoint>> memory;  // per device, only with SimOptions::memory_curve
+};
+
+struct SimOptions {
+  bool memory_curve = false;  // also record every step of each device's memory curve
+};
+
+struct SimResult {
+  Status status;      // InvalidInput when the schedule deadlocks or names an op twice / out of range
+  Timeline timeline;  // complete only when status is ok
+  std::vector<Op> stuck;  // on deadlock: the op each blocked resource waits to run
+
+  bool ok() const { return status.ok(); }
+};
+
+SimResult simulate(const Problem& p, const Schedule& s, const SimOptions& options = {});
+
+}  // namespace optpipe

@@ -1,0 +1,56 @@
+// The one table of schedule families, shared by the CLI, the tests and the docs.
+#include "families/common.h"
+
+namespace optpipe {
+
+const std::vector<Family>& families() {
+  static const std::vector<Family> kFamilies = {
+      {"gpipe", Placement::kLinear, 1, make_gpipe, "all forwards, then all backwards; M activations alive"},
+      {"1f1b", Placement::kLinear, 1, make_1f1b, "one forward, one backward; at most D−d activations on device d"},
+      {"interleaved-1f1b", Placement::kInterleaved, 2, make_interleaved_1f1b,
+       "Megatron's interleaved 1F1B over v chunks per device; bubble ÷ v, more activations"},
+      {"zb-h1", Placement::kLinear, 1, make_zb_h1, "zero-bubble H1: split backward, W fills bubbles; 1F1B's memory"},
+      {"zb-h2", Placement::kLinear, 1, make_zb_h2, "zero-bubble H2: more warm-up forwards; ~zero bubble at ~2× memory"},
+      {"zb-v", Placement::kVShape, 2, make_zb_v, "zero-bubble V: two chunks in a V; ~zero bubble at 1F1B's memory"},
+      {"v-half", Placement::kVShape, 2, make_v_half, "V-shape at half of 1F1B's activation memory"},
+      {"v-min", Placement::kVShape, 2, make_v_min, "V-shape at a third of 1F1B's activation memory"},
+      {"dualpipe-v", Placement::kVShape, 2, make_dualpipe_v, "DeepSeek's DualPipeV: V-shape, forward and backward overlapped"},
+      {"pipeoffload", Placement::kInterleaved, 2, make_pipeoffload,
+       "PipeOffload-style: interleaved 1F1B, offloading activations whose lifespan covers the round trip"},
+      {"1f1b-recompute", Placement::kLinear, 1, make_1f1b_recompute,
+       "1F1B recomputing every forward before its backward; keeps only chunk inputs"},
+  };
+  return kFamilies;
+}
+
+const Family* find_family(const std::string& name) {
+  for (const Family& f : families())
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+Result<FamilySchedule> build_family(const Family& f, const Problem& p, int chunks_per_device) {
+  int v = f.chunks_per_device;
+  if (chunks_per_device > 0) {
+    if (f.placement != Placement::kInterleaved && chunks_per_device != f.chunks_per_device)
+      return Result<FamilySchedule>::Error(Status::Invalid(std::string(f.name) + " runs " +
+                                                           std::to_string(f.chunks_per_device) +
+                                                           " chunk(s) per device, not " +
+                                                           std::to_string(chunks_per_device)));
+    v = chunks_per_device;
+  }
+  FamilySchedule out;
+  if (p.placement == f.placement && p.chunks_per_device == v) {
+    out.problem = p;
+  } else {
+    Result<Problem> re = rechunk(p, f.placement, v);
+    if (!re.ok()) return Result<FamilySchedule>::Error(re.status);
+    out.problem = std::move(re.value);
+  }
+  Result<Schedule> s = f.make(out.problem);
+  if (!s.ok()) return Result<FamilySchedule>::Error(s.status);
+  out.schedule = std::move(s.value);
+  return Result<FamilySchedule>::Of(std::move(out));
+}
+
+}  // namespace optpipe

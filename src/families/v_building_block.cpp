@@ -1,0 +1,254 @@
+#include "families/v_building_block.h"
+
+#include <algorithm>
+#include <limits>
+#include <tuple>
+
+#include "families/common.h"
+
+namespace optpipe {
+namespace {
+
+// Slot lists per device: [device][type][microbatch] → slot. Types: 0 F of chunk 0, 1 F of
+// chunk 1, 2 B of chunk 1, 3 B of chunk 0, then the W's: 4 (all W, or W of chunk 1 when split)
+// and 5 (W of chunk 0, when split).
+using Slots = std::vector<std::vector<int>>;  // one device
+using AllSlots = std::vector<Slots>;
+
+constexpr int kNone = std::numeric_limits<int>::max();
+
+int last_slot(const Slots& sch) {
+  int bound = 0;
+  for (const auto& t : sch)
+    if (!t.empty()) bound = std::max(bound, t.back());
+  return bound;
+}
+
+// The list (type) whose next unconsumed slot is smallest, ties to the lower type.
+int next_type(const Slots& sch, const std::vector<int>& pos, int num_types, int* slot) {
+  int best = -1;
+  *slot = kNone;
+  for (int t = 0; t < num_types; t++) {
+    const int s = pos[t] < static_cast<int>(sch[t].size()) ? sch[t][pos[t]] : kNone;
+    if (s < *slot) {
+      *slot = s;
+      best = t;
+    }
+  }
+  return best;
+}
+
+// Puts one W (per B) into the empty slots after the B's, the rest after the last slot.
+void put_w(Slots& sch, bool split) {
+  const int bound = last_slot(sch);
+  sch.resize(split ? 6 : 5);
+  int pending[2] = {0, 0};
+  std::vector<int> pos(4, 0);
+  int i = 0;
+  for (i = 0; i <= bound; i++) {
+    int slot;
+    const int ty = next_type(sch, pos, 4, &slot);
+    if (slot == i) {
+      pos[ty]++;
+      if (ty >= 2) pending[split ? ty - 2 : 0]++;
+    } else {
+      for (int w = 0; w < 2; w++)
+        if (pending[w]) {
+          sch[4 + w].push_back(i);
+          pending[w]--;
+          break;
+        }
+    }
+  }
+  i = bound;
+  for (int w = 0; w < 2; w++)
+    while (pending[w] > 0) {
+      sch[4 + w].push_back(++i);
+      pending[w]--;
+    }
+}
+
+// Peak live activations of one device: F +1, W −1 (an empty slot retires a pending W when the
+// W's are not placed yet).
+int peak_memory(const Slots& sch) {
+  const int num_types = static_cast<int>(sch.size());
+  const bool has_w = num_types > 4;
+  const int bound = last_slot(sch);
+  std::vector<int> pos(num_types, 0);
+  int pending_w = 0, cur = 0, peak = 0;
+  for (int i = 0; i <= bound; i++) {
+    int slot;
+    const int ty = next_type(sch, pos, num_types, &slot);
+    if (slot == i) {
+      pos[ty]++;
+      if (ty <= 1) cur++;
+      if (ty >= 4) cur--;
+      if (ty == 2 || ty == 3) pending_w++;
+    } else if (!has_w && pending_w) {
+      cur--;
+      pending_w--;
+    }
+    peak = std::max(peak, cur);
+  }
+  return peak;
+}
+
+struct Key {
+  int slot, device, type, mb;
+  bool operator<(const Key& o) const {
+    return std::tie(slot, device, type, mb) < std::tie(o.slot, o.device, o.type, o.mb);
+  }
+};
+
+// Walks every element in (slot, device, type, mb) order, calling visit(device, type, mb).
+template <class Visit>
+void walk(const AllSlots& sr, Visit visit) {
+  const int S = static_cast<int>(sr.size());
+  const int nt = static_cast<int>(sr[0].size());
+  std::vector<std::vector<int>> pos(S, std::vector<int>(nt, 0));
+  for (;;) {
+    Key best{kNone, 0, 0, 0};
+    for (int d = 0; d < S; d++)
+      for (int t = 0; t < nt; t++)
+        if (pos[d][t] < static_cast<int>(sr[d][t].size())) {
+          Key k{sr[d][t][pos[d][t]], d, t, pos[d][t]};
+          if (k < best) best = k;
+        }
+    if (best.slot == kNone) return;
+    pos[best.device][best.type]++;
+    visit(best.device, best.type, best.mb);
+  }
+}
+
+// Places every element as early as its dependencies allow, in slot order, with unit costs;
+// returns the start times as the new slots, and the per-device order.
+AllSlots squeeze(const AllSlots& sr, std::vector<std::vector<std::pair<int, int>>>* order) {
+  const int S = static_cast<int>(sr.size());
+  const int nt = static_cast<int>(sr[0].size());
+  std::vector<std::vector<std::vector<int>>> end(S, std::vector<std::vector<int>>(nt));
+  for (int d = 0; d < S; d++)
+    for (int t = 0; t < nt; t++) end[d][t].assign(sr[d][t].size(), 0);
+  std::vector<int> device_free(S, 0);
+  if (order) order->assign(S, {});
+  walk(sr, [&](int d, int ty, int mb) {
+    int t = device_free[d];
+    if ((ty == 0 || ty == 2) && d > 0) t = std::max(t, end[d - 1][ty][mb]);
+    if ((ty == 1 || ty == 3) && d + 1 < S) t = std::max(t, end[d + 1][ty][mb]);
+    if (ty > 0 && ty < 4) t = std::max(t, end[d][ty - 1][mb]);
+    if (mb > 0) t = std::max(t, end[d][ty][mb - 1]);
+    end[d][ty][mb] = t + 1;
+    device_free[d] = t + 1;
+    if (order) (*order)[d].push_back({ty, mb});
+  });
+  AllSlots out = sr;
+  for (int d = 0; d < S; d++)
+    for (int t = 0; t < nt; t++)
+      for (size_t m = 0; m < sr[d][t].size(); m++) out[d][t][m] = end[d][t][m] - 1;
+  return out;
+}
+
+// Moves elements to earlier free slots where dependencies and the current peak allow.
+AllSlots reorder(AllSlots sr, bool consider_w) {
+  if (consider_w)
+    for (Slots& s : sr) put_w(s, false);
+  const int S = static_cast<int>(sr.size());
+  int cur_peak = 0;
+  for (const Slots& s : sr) cur_peak = std::max(cur_peak, peak_memory(s));
+  std::vector<std::vector<char>> occupied(S);
+  for (int d = 0; d < S; d++) occupied[d].assign(last_slot(sr[d]) + 1, 0);
+  const int num_mb = static_cast<int>(sr[0][0].size());
+  int phase = 0;
+  // An element's slot changes only when the walk reaches it, so the walk order can be taken
+  // up front from the initial slots.
+  std::vector<Key> keys;
+  walk(sr, [&](int d, int ty, int mb) { keys.push_back({sr[d][ty][mb], d, ty, mb}); });
+  for (const Key& k : keys) {
+    const int d = k.device, ty = k.type, mb = k.mb, tm = k.slot;
+    if (ty == 3 && d == 0 && phase == 0) phase = 1;
+    if (phase == 1) {
+      if (ty == 0 && mb == num_mb - 1) phase = 2;
+      occupied[d][tm] = 1;
+      continue;
+    }
+    if (phase == 0 && !consider_w) {
+      occupied[d][tm] = 1;
+      continue;
+    }
+    int dep = -1;
+    if ((ty == 0 || ty == 2) && d > 0) dep = std::max(dep, sr[d - 1][ty][mb]);
+    if ((ty == 1 || ty == 3) && d + 1 < S) dep = std::max(dep, sr[d + 1][ty][mb]);
+    if (ty > 0 && ty < 4) dep = std::max(dep, sr[d][ty - 1][mb]);
+    if (ty == 4) {
+      std::vector<int> bs = sr[d][2];
+      bs.insert(bs.end(), sr[d][3].begin(), sr[d][3].end());
+      std::sort(bs.begin(), bs.end());
+      dep = std::max(dep, bs[mb]);
+    }
+    if (mb > 0) dep = std::max(dep, sr[d][ty][mb - 1]);
+    dep++;
+    bool moved = false;
+    for (int pt = dep; pt < tm; pt++) {
+      if (occupied[d][pt]) continue;
+      sr[d][ty][mb] = pt;
+      if (peak_memory(sr[d]) <= cur_peak) {
+        moved = true;
+        break;
+      }
+    }
+    if (!moved) sr[d][ty][mb] = tm;
+    occupied[d][sr[d][ty][mb]] = 1;
+  }
+  if (!consider_w)
+    for (Slots& s : sr) put_w(s, false);
+  return squeeze(sr, nullptr);
+}
+
+}  // namespace
+
+Result<Schedule> make_v_building_block(const Problem& p, VMemory setup, const char* family) {
+  Status st = require_placement(p, family, Placement::kVShape, 2);
+  if (!st.ok()) return Result<Schedule>::Error(st);
+  const int D = p.num_devices, M = p.num_microbatches;
+
+  // One building block: the first microbatch's four slots per device; microbatch k adds 6k.
+  AllSlots sr(D, Slots(4));
+  for (int i = 0; i < D; i++) {
+    int base[4];
+    if (setup == VMemory::kMin) {
+      const int iv = D % 3 == 0 ? 2 : 0;
+      const int b[4] = {i, 2 * D - i - 1, 2 * D + iv + i, 4 * D + iv - i - 1};
+      std::copy(b, b + 4, base);
+    } else {
+      const int iv = D % 2 == 0 ? 3 : 0;
+      const int b[4] = {2 * i, 3 * D - i - 2, 3 * D + iv + 2 * i - 1, 6 * D + iv - i - 2};
+      std::copy(b, b + 4, base);
+    }
+    for (int t = 0; t < 4; t++)
+      for (int k = 0; k < M; k++) sr[i][t].push_back(base[t] + 6 * k);
+  }
+
+  AllSlots r1 = reorder(sr, true);
+  for (Slots& s : r1) s.resize(4);
+  AllSlots r2 = reorder(r1, false);
+  for (Slots& s : r2) {
+    s.resize(4);
+    put_w(s, true);
+  }
+  std::vector<std::vector<std::pair<int, int>>> order;
+  squeeze(r2, &order);
+
+  Schedule out = empty_schedule(p);
+  for (int d = 0; d < D; d++) {
+    for (auto [ty, mb] : order[d]) {
+      // Types 0/1 are forwards of chunk 0/1; 2/3 input-gradient B of chunk 1/0; 4/5 their W.
+      const int cat = ty / 2, ch = ty % 2;
+      const int chunk = cat == 0 ? ch : 1 - ch;
+      const int stage = chunk == 0 ? d : 2 * D - 1 - d;
+      const OpKind kind = cat == 0 ? OpKind::kF : cat == 1 ? OpKind::kB : OpKind::kW;
+      out.devices[d].compute.push_back(Op{kind, stage, mb});
+    }
+  }
+  return Result<Schedule>::Of(std::move(out));
+}
+
+}  // namespace optpipe

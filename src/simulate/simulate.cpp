@@ -1,0 +1,430 @@
+// The simulator: derives every op's start and end from the schedule's per-resource orders, then
+// each device's memory curve. Ops on a resource of their own are placed eagerly as soon as their
+// inputs are known; transfers on a host link shared by several devices are placed one at a time,
+// always the one that can start earliest, which makes the shared channel first come, first served.
+#include "optpipe/simulate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace optpipe {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct Queue {
+  int begin = 0, end = 0;  // range in Sim::queue_ops
+  int head = 0;            // index of the next op to place
+  int resource = 0;        // index into Sim::resource_free_us
+  int device = 0;
+  bool shared = false;      // resource serves several devices' queues
+  bool in_worklist = false;
+  double candidate_ready_us = kNaN;  // shared queues: ready time of a head waiting for its turn
+};
+
+class Sim {
+ public:
+  Sim(const Problem& p, const Schedule& s) : p_(p), s_(s) {}
+
+  SimResult run(const SimOptions& options);
+
+ private:
+  Status build();
+  double duration(const Op& op) const;
+  double ready_time(int id) const;  // NaN while an input is not placed yet
+  void place(int id, int q, double start_us);
+  void wake(int q);
+  void wake_dependents(const Op& op);
+  void advance(int q);
+  bool place_next_shared();
+  void compute_figures(const SimOptions& options, Timeline* t) const;
+
+  int compute_queue(int device) const { return 3 * device; }
+  int d2h_queue(int device) const { return 3 * device + 1; }
+  int h2d_queue(int device) const { return 3 * device + 2; }
+  int id(OpKind k, int stage, int mb) const { return op_id(S_, M_, Op{k, stage, mb}); }
+  bool placed(int id) const { return !std::isnan(end_[id]); }
+  // B(s,i) or, when the schedule fuses it, BW(s,i): the op that sends the gradient upstream.
+  int grad_op(int stage, int mb) const {
+    int b = id(OpKind::kB, stage, mb);
+    return present_[b] ? b : id(OpKind::kBW, stage, mb);
+  }
+
+  const Problem& p_;
+  const Schedule& s_;
+  int S_ = 0, M_ = 0, D_ = 0;
+  std::vector<uint8_t> present_;
+  std::vector<uint8_t> is_anchor_;
+  std::vector<int> anchor_of_;  // by stage·M + mb: the anchor op id of that reload
+  std::vector<double> start_, end_;
+  std::vector<int> queue_ops_;
+  std::vector<Queue> queues_;
+  std::vector<int> shared_queues_;
+  std::vector<double> resource_free_us_;
+  std::vector<int> worklist_;
+  size_t num_placed_ = 0, num_ops_ = 0;
+};
+
+double Sim::duration(const Op& op) const {
+  const StageSpec& st = p_.stages[op.stage];
+  switch (op.kind) {
+    case OpKind::kF: return st.t_f_us;
+    case OpKind::kB: return st.t_b_us;
+    case OpKind::kW: return st.t_w_us;
+    case OpKind::kBW: return st.t_b_us + st.t_w_us;
+    case OpKind::kR: return st.t_r_us;
+    case OpKind::kOffload: return p_.offload_us(op.stage);
+    case OpKind::kReload: return p_.reload_us(op.stage);
+  }
+  return 0;
+}
+
+Status Sim::build() {
+  S_ = p_.num_stages();
+  M_ = p_.num_microbatches;
+  D_ = p_.num_devices;
+  if (static_cast<int>(s_.devices.size()) != D_)
+    return Status::Invalid("schedule has " + std::to_string(s_.devices.size()) + " devices, problem has " +
+                           std::to_string(D_));
+  const int n = num_op_ids(p_);
+  present_.assign(n, 0);
+  is_anchor_.assign(n, 0);
+  anchor_of_.assign(static_cast<size_t>(S_) * M_, -1);
+  start_.assign(n, kNaN);
+  end_.assign(n, kNaN);
+
+  // Resources: one compute stream per device, then two channels per host link.
+  int max_link = 0;
+  for (const DeviceSpec& dev : p_.devices) max_link = std::max(max_link, dev.host_link);
+  std::vector<int> devices_on_link(max_link + 1, 0);
+  for (const DeviceSpec& dev : p_.devices) devices_on_link[dev.host_link]++;
+  resource_free_us_.assign(D_ + 2 * (max_link + 1), 0.0);
+
+  queues_.assign(3 * D_, Queue{});
+  queue_ops_.clear();
+  queue_ops_.reserve(s_.num_ops());
+  auto add_op = [&](int d, const Op& op, OpKind want, const char* list) -> Status {
+    bool kind_ok = want == OpKind::kF ? is_compute(op.kind) : op.kind == want;
+    if (!kind_ok || op.stage < 0 || op.stage >= S_ || op.microbatch < 0 || op.microbatch >= M_)
+      return Status::Invalid("device " + std::to_string(d) + " " + list + ": " + op_name(op) +
+                             " is not a valid op for this list and problem");
+    if (p_.device_of(op.stage) != d)
+      return Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " belongs to device " +
+                             std::to_string(p_.device_of(op.stage)));
+    int i = op_id(S_, M_, op);
+    if (present_[i]) return Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " appears twice");
+    present_[i] = 1;
+    queue_ops_.push_back(i);
+    return Status::Ok();
+  };
+  for (int d = 0; d < D_; d++) {
+    const DeviceSchedule& ds = s_.devices[d];
+    const int link = p_.devices[d].host_link;
+    const bool link_shared = devices_on_link[link] > 1;
+    const int resources[3] = {d, D_ + 2 * link, D_ + 2 * link + 1};
+    for (int k = 0; k < 3; k++) {
+      Queue& q = queues_[3 * d + k];
+      q.begin = static_cast<int>(queue_ops_.size());
+      q.resource = resources[k];
+      q.device = d;
+      q.shared = k > 0 && link_shared;
+      Status st;
+      if (k == 0) {
+        for (const Op& op : ds.compute)
+          if (!(st = add_op(d, op, OpKind::kF, "compute")).ok()) return st;
+      } else if (k == 1) {
+        for (const Op& op : ds.offloads)
+          if (!(st = add_op(d, op, OpKind::kOffload, "offloads")).ok()) return st;
+      } else {
+        for (const ReloadEntry& r : ds.reloads) {
+          if (!(st = add_op(d, r.reload, OpKind::kReload, "reloads")).ok()) return st;
+          const Op& a = r.anchor;
+          if (!is_compute(a.kind) || a.stage < 0 || a.stage >= S_ || a.microbatch < 0 || a.microbatch >= M_)
+            return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) +
+                                   " has an invalid anchor " + op_name(a));
+          if (p_.device_of(a.stage) != d)
+            return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) +
+                                   " is anchored to " + op_name(a) + " on another device");
+          int a_id = op_id(S_, M_, a);
+          anchor_of_[r.reload.stage * M_ + r.reload.microbatch] = a_id;
+          is_anchor_[a_id] = 1;
+        }
+      }
+      q.end = static_cast<int>(queue_ops_.size());
+      if (q.shared) shared_queues_.push_back(3 * d + k);
+    }
+  }
+  num_ops_ = queue_ops_.size();
+  return Status::Ok();
+}
+
+double Sim::ready_time(int i) const {
+  const Op op = op_from_id(p_, i);
+  const int s = op.stage, mb = op.microbatch;
+  const int dev = p_.device_of(s);
+  double ready = 0;  // time starts at 0
+  auto after = [&](int dep, double latency_us) {
+    if (std::isnan(ready)) return;
+    if (!placed(dep)) { ready = kNaN; return; }
+    ready = std::max(ready, end_[dep] + latency_us);
+  };
+  auto hop = [&](int other_stage) { return p_.device_of(other_stage) == dev ? 0.0 : p_.t_comm_us; };
+  switch (op.kind) {
+    case OpKind::kF:
+      if (s > 0) after(id(OpKind::kF, s - 1, mb), hop(s - 1));
+      break;
+    case OpKind::kB:
+    case OpKind::kBW:
+      after(id(OpKind::kF, s, mb), 0);
+      if (s + 1 < S_) after(grad_op(s + 1, mb), hop(s + 1));
+      if (present_[id(OpKind::kR, s, mb)]) after(id(OpKind::kR, s, mb), 0);
+      if (present_[id(OpKind::kReload, s, mb)]) after(id(OpKind::kReload, s, mb), 0);
+      break;
+    case OpKind::kW: after(id(OpKind::kB, s, mb), 0); break;
+    case OpKind::kR:
+    case OpKind::kOffload: after(id(OpKind::kF, s, mb), 0); break;
+    case OpKind::kReload: {
+      after(id(OpKind::kOffload, s, mb), 0);
+      int a = anchor_of_[s * M_ + mb];
+      if (std::isnan(ready) || std::isnan(start_[a])) return kNaN;
+      ready = std::max(ready, start_[a]);
+      break;
+    }
+  }
+  return ready;
+}
+
+void Sim::place(int i, int q, double start_us) {
+  const double end_us = start_us + duration(op_from_id(p_, i));
+  start_[i] = start_us;
+  end_[i] = end_us;
+  resource_free_us_[queues_[q].resource] = end_us;
+  queues_[q].head++;
+  num_placed_++;
+}
+
+void Sim::wake(int q) {
+  if (!queues_[q].in_worklist) {
+    queues_[q].in_worklist = true;
+    worklist_.push_back(q);
+  }
+}
+
+void Sim::wake_dependents(const Op& op) {
+  const int s = op.stage;
+  const int dev = p_.device_of(s);
+  switch (op.kind) {
+    case OpKind::kF:
+      if (s + 1 < S_) wake(compute_queue(p_.device_of(s + 1)));
+      wake(d2h_queue(dev));
+      break;
+    case OpKind::kB:
+    case OpKind::kBW:
+      if (s > 0) wake(compute_queue(p_.device_of(s - 1)));
+      break;
+    case OpKind::kOffload: wake(h2d_queue(dev)); break;
+    case OpKind::kReload: wake(compute_queue(dev)); break;
+    default: break;
+  }
+  if (is_compute(op.kind) && is_anchor_[op_id(S_, M_, op)]) wake(h2d_queue(dev));
+}
+
+void Sim::advance(int q) {
+  Queue& qu = queues_[q];
+  while (qu.head < qu.end - qu.begin) {
+    const int i = queue_ops_[qu.begin + qu.head];
+    const double ready = ready_time(i);
+    if (std::isnan(ready)) return;
+    if (qu.shared) {
+      qu.candidate_ready_us = ready;
+      return;
+    }
+    place(i, q, std::max(ready, resource_free_us_[qu.resource]));
+    wake_dependents(op_from_id(p_, i));
+  }
+}
+
+bool Sim::place_next_shared() {
+  int best = -1;
+  double best_start = 0, best_ready = 0;
+  for (int q : shared_queues_) {
+    const Queue& qu = queues_[q];
+    if (std::isnan(qu.candidate_ready_us)) continue;
+    const double start = std::max(qu.candidate_ready_us, resource_free_us_[qu.resource]);
+    if (best < 0 || start < best_start || (start == best_start && qu.candidate_ready_us < best_ready)) {
+      best = q;
+      best_start = start;
+      best_ready = qu.candidate_ready_us;
+    }
+  }
+  if (best < 0) return false;
+  Queue& qu = queues_[best];
+  const int i = queue_ops_[qu.begin + qu.head];
+  qu.candidate_ready_us = kNaN;
+  place(i, best, best_start);
+  wake_dependents(op_from_id(p_, i));
+  wake(best);
+  return true;
+}
+
+SimResult Sim::run(const SimOptions& options) {
+  SimResult r;
+  r.status = build();
+  if (!r.status.ok()) return r;
+
+  for (int q = 0; q < static_cast<int>(queues_.size()); q++) wake(q);
+  for (;;) {
+    while (!worklist_.empty()) {
+      const int q = worklist_.back();
+      worklist_.pop_back();
+      queues_[q].in_worklist = false;
+      advance(q);
+    }
+    if (num_placed_ == num_ops_ || !place_next_shared()) break;
+  }
+
+  if (num_placed_ != num_ops_) {
+    std::string msg = "deadlock: no op can start; blocked:";
+    for (const Queue& qu : queues_) {
+      if (qu.head == qu.end - qu.begin) continue;
+      Op op = op_from_id(p_, queue_ops_[qu.begin + qu.head]);
+      r.stuck.push_back(op);
+      msg += " device " + std::to_string(qu.device) + " waits to run " + op_name(op) + ";";
+    }
+    msg.pop_back();
+    r.status = Status::Invalid(msg);
+    return r;
+  }
+  compute_figures(options, &r.timeline);
+  r.timeline.start_us = std::move(start_);
+  r.timeline.end_us = std::move(end_);
+  return r;
+}
+
+// Memory change of `op` at its start (`at_start`) or end, on its own device.
+int64_t memory_delta(const Problem& p, const Op& op, bool at_start, bool recomputed) {
+  const StageSpec& st = p.stages[op.stage];
+  switch (op.kind) {
+    case OpKind::kF:
+      if (at_start) return st.act_f_bytes + st.ws_f_bytes;
+      return -st.ws_f_bytes - (recomputed ? st.act_f_bytes - st.act_input_bytes : 0);
+    case OpKind::kR:
+      return at_start ? st.act_f_bytes - st.act_input_bytes + st.ws_f_bytes : -st.ws_f_bytes;
+    case OpKind::kB: return at_start ? st.ws_b_bytes : st.act_b_bytes - st.ws_b_bytes;
+    case OpKind::kW: return at_start ? st.ws_w_bytes : st.act_w_bytes - st.ws_w_bytes;
+    case OpKind::kBW: {
+      const int64_t ws = std::max(st.ws_b_bytes, st.ws_w_bytes);
+      return at_start ? ws : st.act_b_bytes + st.act_w_bytes - ws;
+    }
+    case OpKind::kOffload: return at_start ? 0 : -st.act_f_bytes;
+    case OpKind::kReload: return at_start ? st.act_f_bytes : 0;
+  }
+  return 0;
+}
+
+void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
+  t->devices.assign(D_, DeviceFigures{});
+  if (options.memory_curve) t->memory.assign(D_, {});
+  double makespan = 0, total_busy = 0, max_span = 0;
+  for (int d = 0; d < D_; d++) {
+    DeviceFigures& f = t->devices[d];
+    const Queue& cq = queues_[compute_queue(d)];
+    const Queue& oq = queues_[d2h_queue(d)];
+    const Queue& rq = queues_[h2d_queue(d)];
+    f.first_start_us = cq.end > cq.begin ? start_[queue_ops_[cq.begin]] : 0;
+    f.last_end_us = cq.end > cq.begin ? end_[queue_ops_[cq.end - 1]] : 0;
+    for (int k = cq.begin; k < cq.end; k++) {
+      const int i = queue_ops_[k];
+      f.busy_us += end_[i] - start_[i];
+      f.first_start_us = std::min(f.first_start_us, start_[i]);
+      f.last_end_us = std::max(f.last_end_us, end_[i]);
+      if (op_from_id(p_, i).kind == OpKind::kR) f.num_recomputes++;
+    }
+    for (int k = oq.begin; k < oq.end; k++) {
+      const int i = queue_ops_[k];
+      f.d2h_busy_us += end_[i] - start_[i];
+      f.offload_bytes += p_.stages[op_from_id(p_, i).stage].act_f_bytes;
+      f.last_end_us = std::max(f.last_end_us, end_[i]);
+    }
+    for (int k = rq.begin; k < rq.end; k++) {
+      const int i = queue_ops_[k];
+      f.h2d_busy_us += end_[i] - start_[i];
+      f.reload_bytes += p_.stages[op_from_id(p_, i).stage].act_f_bytes;
+      f.last_end_us = std::max(f.last_end_us, end_[i]);
+    }
+    makespan = std::max(makespan, f.last_end_us);
+    total_busy += f.busy_us;
+    max_span = std::max(max_span, f.last_end_us - f.first_start_us);
+
+    // Memory: merge the three time-ordered event streams (compute starts/ends, offload ends,
+    // reload starts). At equal times an end comes before a start, so freed bytes are reused.
+    int64_t bytes = p_.devices[d].static_bytes;
+    f.peak_bytes = bytes;
+    f.peak_time_us = 0;
+    std::vector<MemoryPoint>* curve = options.memory_curve ? &t->memory[d] : nullptr;
+    if (curve) curve->push_back({0, bytes});
+    int ci = 0;              // compute event index: op (ci / 2), start if even
+    int oi = oq.begin, ri = rq.begin;
+    const int n_compute_events = 2 * (cq.end - cq.begin);
+    for (;;) {
+      double best_t = std::numeric_limits<double>::infinity();
+      int which = -1;  // 0 compute, 1 offload end, 2 reload start
+      bool best_is_start = true;
+      auto consider = [&](int stream, double time, bool is_start) {
+        if (time < best_t || (time == best_t && best_is_start && !is_start)) {
+          best_t = time;
+          which = stream;
+          best_is_start = is_start;
+        }
+      };
+      if (ci < n_compute_events) {
+        const int i = queue_ops_[cq.begin + ci / 2];
+        consider(0, ci % 2 == 0 ? start_[i] : end_[i], ci % 2 == 0);
+      }
+      if (oi < oq.end) consider(1, end_[queue_ops_[oi]], false);
+      if (ri < rq.end) consider(2, start_[queue_ops_[ri]], true);
+      if (which < 0) break;
+      int i;
+      bool at_start;
+      if (which == 0) {
+        i = queue_ops_[cq.begin + ci / 2];
+        at_start = ci % 2 == 0;
+        ci++;
+      } else if (which == 1) {
+        i = queue_ops_[oi++];
+        at_start = false;
+      } else {
+        i = queue_ops_[ri++];
+        at_start = true;
+      }
+      const Op op = op_from_id(p_, i);
+      const bool recomputed = op.kind == OpKind::kF && present_[id(OpKind::kR, op.stage, op.microbatch)];
+      bytes += memory_delta(p_, op, at_start, recomputed);
+      if (bytes > f.peak_bytes) {
+        f.peak_bytes = bytes;
+        f.peak_time_us = best_t;
+        f.peak_op = op;
+      }
+      if (curve) {
+        if (!curve->empty() && curve->back().time_us == best_t)
+          curve->back().bytes = bytes;
+        else
+          curve->push_back({best_t, bytes});
+      }
+    }
+  }
+  for (DeviceFigures& f : t->devices) f.idle_us = makespan - f.busy_us;
+  t->makespan_us = makespan;
+  t->max_span_us = max_span;
+  t->bubble_ratio = makespan > 0 ? 1.0 - total_busy / (D_ * makespan) : 0.0;
+}
+
+}  // namespace
+
+SimResult simulate(const Problem& p, const Schedule& s, const SimOptions& options) {
+  Sim sim(p, s);
+  return sim.run(options);
+}
+
+}  // namespace optpipe

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# End-to-end checks of the optpipe binary: exit codes, JSON output, error messages.
+set -u
+bin="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+check() {  # check NAME EXPECTED_RC EXPECTED_TEXT_OR_EMPTY -- command...
+  local name="$1" want_rc="$2" want_text="$3"
+  shift 4
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" != "$want_rc" ]; then
+    echo "FAIL $name: exit $rc, wanted $want_rc"; echo "$out" | head -20; failures=$((failures + 1)); return
+  fi
+  if [ -n "$want_text" ] && ! grep -qF -- "$want_text" <<<"$out"; then
+    echo "FAIL $name: output lacks '$want_text'"; echo "$out" | head -20; failures=$((failures + 1)); return
+  fi
+  echo "ok   $name"
+}
+
+json_ok() {  # the command's stdout must be exactly one JSON object
+  python3 -c 'import json,sys; o=json.load(sys.stdin); assert isinstance(o, dict)' 
+}
+
+check "families lists zb-v" 0 "zb-v" -- "$bin" families
+check "compare default" 0 "1f1b" -- "$bin" compare
+"$bin" compare --json > "$tmp/compare.json" || { echo "FAIL compare --json exit"; failures=$((failures + 1)); }
+json_ok < "$tmp/compare.json" && echo "ok   compare --json parses" || { echo "FAIL compare --json is not one JSON object"; failures=$((failures + 1)); }
+python3 - "$tmp/compare.json" <<'PY' || failures=$((failures + 1))
+import json, sys
+o = json.load(open(sys.argv[1]))
+names = [f["family"] for f in o["families"]]
+want = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "dualpipe-v", "pipeoffload", "1f1b-recompute"]
+assert names == want, names
+fam = {f["family"]: f for f in o["families"]}
+D, M, T = 4, 8, 10000.0
+assert abs(fam["1f1b"]["makespan_us"] - (M + D - 1) * 3 * T) < 1e-6
+assert abs(fam["gpipe"]["makespan_us"] - (M + D - 1) * 3 * T) < 1e-6
+assert fam["1f1b"]["fits_budget"] and not fam["gpipe"]["fits_budget"]
+print("ok   compare --json matches the closed forms")
+PY
+
+check "problem writes JSON" 0 "" -- "$bin" problem -o "$tmp/p.json"
+check "schedule to file" 0 "wrote" -- "$bin" schedule --family zb-v --problem "$tmp/p.json" -o "$tmp/zbv.json"
+check "simulate the V schedule on the linear problem" 0 "makespan" -- "$bin" simulate --problem "$tmp/p.json" --schedule "$tmp/zbv.json"
+"$bin" simulate --schedule "$tmp/zbv.json" --json | json_ok && echo "ok   simulate --json parses" || { echo "FAIL simulate --json"; failures=$((failures + 1)); }
+check "over budget exits 3" 3 "OVER BUDGET" -- bash -c "'$bin' schedule --family gpipe -o '$tmp/g.json' >/dev/null && '$bin' simulate --schedule '$tmp/g.json'"
+
+# Bad input: exit 1 and a message naming the field.
+echo '{"num_devices": 2,' > "$tmp/bad.json"
+check "malformed JSON" 1 "malformed JSON" -- "$bin" compare --problem "$tmp/bad.json"
+python3 -c 'import json; p=json.load(open("'"$tmp/p.json"'")); p["stages"][1]["t_f_us"]=-5; json.dump(p, open("'"$tmp/neg.json"'","w"))'
+check "negative duration" 1 "stages[1].t_f_us" -- "$bin" compare --problem "$tmp/neg.json"
+python3 -c 'import json; p=json.load(open("'"$tmp/p.json"'")); p["speed"]=1; json.dump(p, open("'"$tmp/unk.json"'","w"))'
+check "unknown field" 1 "speed: unknown field" -- "$bin" compare --problem "$tmp/unk.json"
+python3 -c 'import json; p=json.load(open("'"$tmp/p.json"'")); p["num_devices"]=0; json.dump(p, open("'"$tmp/zero.json"'","w"))'
+check "zero devices" 1 "num_devices" -- "$bin" compare --problem "$tmp/zero.json"
+python3 -c 'import json; p=json.load(open("'"$tmp/p.json"'")); p["devices"].pop(); json.dump(p, open("'"$tmp/len.json"'","w"))'
+check "mismatched lengths" 1 "devices: must have num_devices = 4 entries, got 3" -- "$bin" compare --problem "$tmp/len.json"
+check "missing file" 1 "cannot read" -- "$bin" compare --problem "$tmp/nope.json"
+check "unknown family" 1 "unknown family" -- "$bin" schedule --family nosuch
+python3 -c 'import json; s=json.load(open("'"$tmp/zbv.json"'")); s["devices"][0]["compute"].pop(); json.dump(s, open("'"$tmp/short.json"'","w"))'
+check "invalid schedule" 1 "is missing" -- "$bin" simulate --schedule "$tmp/short.json"
+
+# Usage errors: exit 2.
+check "no subcommand" 2 "" -- "$bin"
+check "unknown flag" 2 "" -- "$bin" compare --frobnicate
+check "help" 0 "compare" -- "$bin" --help
+
+if [ "$failures" -gt 0 ]; then echo "$failures CLI check(s) failed"; exit 1; fi
+echo "all CLI checks passed"

@@ -1,0 +1,297 @@
+// Families against their published closed forms (uniform costs, no communication), and every
+// family against the simulator's invariants on many random problems.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "optpipe/families.h"
+#include "optpipe/validate.h"
+
+using namespace optpipe;
+
+namespace {
+
+constexpr double kT = 100;             // t_F = t_B = t_W
+constexpr int64_t kAct = 1 << 20;      // act_f_bytes of a whole (v = 1) stage
+constexpr int64_t kStatic = 1ll << 30;
+
+Problem uniform(int D, int M) {
+  UniformSpec u;
+  u.num_devices = D;
+  u.num_microbatches = M;
+  u.t_f_us = u.t_b_us = u.t_w_us = kT;
+  u.act_f_bytes = kAct;
+  u.act_w_bytes = -kAct / 4;
+  u.act_input_bytes = kAct / 16;
+  u.static_bytes = kStatic;
+  u.mem_budget_bytes = 1ll << 40;
+  return make_uniform_problem(u);
+}
+
+struct FamilyRun {
+  Problem problem;
+  Timeline timeline;
+};
+
+FamilyRun run(const char* family, const Problem& p, int chunks = 0) {
+  const Family* f = find_family(family);
+  EXPECT_NE(f, nullptr) << family;
+  Result<FamilySchedule> fs = build_family(*f, p, chunks);
+  EXPECT_TRUE(fs.ok()) << family << ": " << fs.status.message;
+  Validation v = validate(fs.value.problem, fs.value.schedule, {.check_memory_budget = false});
+  EXPECT_TRUE(v.ok()) << family << ": " << v.summary();
+  return {fs.value.problem, v.sim.timeline};
+}
+
+// Peak live activation bytes on device d, in units of a whole stage's activation.
+double peak_acts(const FamilyRun& r, int d) { return double(r.timeline.devices[d].peak_bytes - kStatic) / kAct; }
+double max_peak_acts(const FamilyRun& r) {
+  double m = 0;
+  for (int d = 0; d < r.problem.num_devices; d++) m = std::max(m, peak_acts(r, d));
+  return m;
+}
+// Idle time beyond the work: over the makespan, and over the longest per-device span (the
+// zero-bubble papers' measure, which leaves out the unavoidable start-up offset).
+double bubble_us(const FamilyRun& r) { return r.timeline.makespan_us - r.problem.num_microbatches * 3 * kT; }
+double span_bubble_us(const FamilyRun& r) { return r.timeline.max_span_us - r.problem.num_microbatches * 3 * kT; }
+
+}  // namespace
+
+TEST(ClosedForm, OneFOneBAndGPipe) {
+  for (int D : {2, 4, 8}) {
+    for (int M : {1, D - 1, D, 2 * D, 4 * D + 3}) {
+      if (M < 1) continue;
+      Problem p = uniform(D, M);
+      FamilyRun a = run("1f1b", p), g = run("gpipe", p);
+      EXPECT_DOUBLE_EQ(a.timeline.makespan_us, (M + D - 1) * 3 * kT) << "1f1b D=" << D << " M=" << M;
+      EXPECT_DOUBLE_EQ(g.timeline.makespan_us, (M + D - 1) * 3 * kT) << "gpipe D=" << D << " M=" << M;
+      for (int d = 0; d < D; d++) {
+        EXPECT_DOUBLE_EQ(peak_acts(a, d), std::min(D - d, M)) << "1f1b D=" << D << " M=" << M << " d=" << d;
+        EXPECT_DOUBLE_EQ(peak_acts(g, d), M) << "gpipe D=" << D << " M=" << M << " d=" << d;
+      }
+    }
+  }
+}
+
+TEST(ClosedForm, ZeroBubbleH1IsAThirdOf1F1BAtItsMemory) {
+  for (int D : {2, 4, 8}) {
+    for (int M : {D, 2 * D, 3 * D + 1}) {
+      Problem p = uniform(D, M);
+      FamilyRun a = run("1f1b", p), h1 = run("zb-h1", p);
+      EXPECT_NEAR(bubble_us(h1), bubble_us(a) / 3, 1e-6) << "D=" << D << " M=" << M;
+      EXPECT_LE(max_peak_acts(h1), max_peak_acts(a)) << "D=" << D << " M=" << M;
+    }
+  }
+}
+
+TEST(ClosedForm, ZeroBubbleH2HasNoBubbleAtTwiceTheMemory) {
+  for (int D : {2, 4, 8}) {
+    for (int M : {2 * D, 4 * D}) {
+      Problem p = uniform(D, M);
+      FamilyRun a = run("1f1b", p), h2 = run("zb-h2", p);
+      EXPECT_NEAR(span_bubble_us(h2), 0, 1e-6) << "D=" << D << " M=" << M;
+      EXPECT_LE(max_peak_acts(h2), 2 * max_peak_acts(a)) << "D=" << D << " M=" << M;
+      EXPECT_GT(max_peak_acts(h2), max_peak_acts(a)) << "D=" << D << " M=" << M;
+    }
+  }
+}
+
+TEST(ClosedForm, InterleavedDividesTheBubbleByV) {
+  for (int D : {2, 4, 8}) {
+    for (int v : {2, 3, 4}) {
+      for (int M : {D, 2 * D, 4 * D}) {
+        Problem p = uniform(D, M);
+        FamilyRun a = run("1f1b", p), il = run("interleaved-1f1b", p, v);
+        EXPECT_NEAR(bubble_us(il), bubble_us(a) / v, 1e-6) << "D=" << D << " v=" << v << " M=" << M;
+      }
+    }
+  }
+}
+
+TEST(ClosedForm, VShapesTradeMemory) {
+  for (int D : {4, 6, 8}) {
+    const int M = 4 * D;
+    Problem p = uniform(D, M);
+    FamilyRun a = run("1f1b", p), zbv = run("zb-v", p), half = run("v-half", p), vmin = run("v-min", p);
+    const double full = max_peak_acts(a);  // = D
+    EXPECT_NEAR(span_bubble_us(zbv), 0, 1e-6) << "zb-v D=" << D;
+    EXPECT_LE(max_peak_acts(zbv), full) << "zb-v D=" << D;
+    EXPECT_LE(max_peak_acts(half), (D + 2) / 2) << "v-half D=" << D;  // ⌊(D+2)/2⌋ ≈ D/2
+    EXPECT_LE(max_peak_acts(vmin), (D + 4) / 3) << "v-min D=" << D;  // ⌊(D+4)/3⌋ ≈ D/3
+    EXPECT_LT(bubble_us(half), bubble_us(a)) << "v-half D=" << D;
+  }
+}
+
+// ---- properties over random problems ----
+
+namespace {
+
+Problem random_problem(std::mt19937& rng) {
+  auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Problem p;
+  p.num_devices = pick(1, 6);
+  p.num_microbatches = pick(1, 3 * p.num_devices + 2);
+  p.placement = Placement::kLinear;
+  p.chunks_per_device = 1;
+  p.t_comm_us = pick(0, 1) ? 0 : uni(0, 30);
+  for (int s = 0; s < p.num_devices; s++) {
+    StageSpec st;
+    st.t_f_us = uni(10, 100);
+    st.t_b_us = uni(10, 200);
+    st.t_w_us = uni(5, 100);
+    st.t_r_us = st.t_f_us;
+    st.act_f_bytes = pick(1000, 100000);
+    st.act_w_bytes = -pick(0, static_cast<int>(st.act_f_bytes));
+    st.act_b_bytes = -st.act_f_bytes - st.act_w_bytes;
+    st.act_input_bytes = pick(0, static_cast<int>(st.act_f_bytes) / 4);
+    st.ws_b_bytes = pick(0, 1) ? 0 : pick(0, 5000);
+    p.stages.push_back(st);
+  }
+  for (int d = 0; d < p.num_devices; d++) {
+    DeviceSpec dev;
+    dev.static_bytes = pick(0, 1000000);
+    dev.mem_budget_bytes = 1ll << 40;
+    dev.host_link = pick(0, 1) ? 0 : d;  // sometimes one shared link
+    p.devices.push_back(dev);
+  }
+  p.host_link = {uni(0.5, 50), uni(0.5, 50), uni(0, 10)};
+  return p;
+}
+
+// Recomputes what the simulator derived, the slow and obvious way.
+void check_invariants(const Problem& p, const Schedule& s, const Timeline& t, const std::string& what) {
+  const int S = p.num_stages(), M = p.num_microbatches;
+  auto start = [&](const Op& op) { return t.start_us[op_id(p, op)]; };
+  auto end = [&](const Op& op) { return t.end_us[op_id(p, op)]; };
+  auto present = [&](const Op& op) { return !std::isnan(t.start_us[op_id(p, op)]); };
+  const double eps = 1e-6;
+
+  // No two ops overlap on a compute stream or on a host-link channel.
+  std::vector<std::vector<std::pair<double, double>>> d2h(p.num_devices), h2d(p.num_devices);
+  for (int d = 0; d < p.num_devices; d++) {
+    const DeviceSchedule& ds = s.devices[d];
+    for (size_t k = 1; k < ds.compute.size(); k++)
+      EXPECT_LE(end(ds.compute[k - 1]), start(ds.compute[k]) + eps) << what << " device " << d;
+    for (const Op& op : ds.offloads) d2h[p.devices[d].host_link].push_back({start(op), end(op)});
+    for (const ReloadEntry& r : ds.reloads) h2d[p.devices[d].host_link].push_back({start(r.reload), end(r.reload)});
+  }
+  for (auto* channels : {&d2h, &h2d})
+    for (auto& c : *channels) {
+      std::sort(c.begin(), c.end());
+      for (size_t k = 1; k < c.size(); k++) EXPECT_LE(c[k - 1].second, c[k].first + eps) << what << " channel";
+    }
+
+  // Every dependency respected, with the communication hop between devices.
+  auto hop = [&](int a, int b) { return p.device_of(a) == p.device_of(b) ? 0.0 : p.t_comm_us; };
+  for (int st = 0; st < S; st++) {
+    for (int i = 0; i < M; i++) {
+      const Op f{OpKind::kF, st, i};
+      const Op back = present(Op{OpKind::kB, st, i}) ? Op{OpKind::kB, st, i} : Op{OpKind::kBW, st, i};
+      if (st > 0) {
+        EXPECT_GE(start(f) + eps, end(Op{OpKind::kF, st - 1, i}) + hop(st - 1, st)) << what;
+      }
+      EXPECT_GE(start(back) + eps, end(f)) << what;
+      if (st + 1 < S) {
+        const Op up = present(Op{OpKind::kB, st + 1, i}) ? Op{OpKind::kB, st + 1, i} : Op{OpKind::kBW, st + 1, i};
+        EXPECT_GE(start(back) + eps, end(up) + hop(st + 1, st)) << what;
+      }
+      if (back.kind == OpKind::kB) {
+        EXPECT_GE(start(Op{OpKind::kW, st, i}) + eps, end(back)) << what;
+      }
+      const Op rel{OpKind::kReload, st, i};
+      if (present(rel)) {
+        EXPECT_GE(start(rel) + eps, end(Op{OpKind::kOffload, st, i})) << what;
+        EXPECT_GE(start(back) + eps, end(rel)) << what;
+      }
+    }
+  }
+
+  // Memory: replay every delta, sorted by time with frees first; the peak must match and every
+  // device must end where it started.
+  for (int d = 0; d < p.num_devices; d++) {
+    struct Ev {
+      double time;
+      int is_alloc;
+      int64_t delta;
+    };
+    std::vector<Ev> ev;
+    for (const Op& op : s.devices[d].compute) {
+      const StageSpec& st = p.stages[op.stage];
+      const bool rec = present(Op{OpKind::kR, op.stage, op.microbatch});
+      switch (op.kind) {
+        case OpKind::kF:
+          ev.push_back({start(op), 1, st.act_f_bytes + st.ws_f_bytes});
+          ev.push_back({end(op), 0, -st.ws_f_bytes - (rec ? st.act_f_bytes - st.act_input_bytes : 0)});
+          break;
+        case OpKind::kR:
+          ev.push_back({start(op), 1, st.act_f_bytes - st.act_input_bytes + st.ws_f_bytes});
+          ev.push_back({end(op), 0, -st.ws_f_bytes});
+          break;
+        case OpKind::kB:
+          ev.push_back({start(op), 1, st.ws_b_bytes});
+          ev.push_back({end(op), 0, st.act_b_bytes - st.ws_b_bytes});
+          break;
+        case OpKind::kW:
+          ev.push_back({start(op), 1, st.ws_w_bytes});
+          ev.push_back({end(op), 0, st.act_w_bytes - st.ws_w_bytes});
+          break;
+        case OpKind::kBW: {
+          const int64_t ws = std::max(st.ws_b_bytes, st.ws_w_bytes);
+          ev.push_back({start(op), 1, ws});
+          ev.push_back({end(op), 0, st.act_b_bytes + st.act_w_bytes - ws});
+          break;
+        }
+        default: break;
+      }
+    }
+    for (const Op& op : s.devices[d].offloads) ev.push_back({end(op), 0, -p.stages[op.stage].act_f_bytes});
+    for (const ReloadEntry& r : s.devices[d].reloads)
+      ev.push_back({start(r.reload), 1, p.stages[r.reload.stage].act_f_bytes});
+    std::stable_sort(ev.begin(), ev.end(), [](const Ev& a, const Ev& b) {
+      return a.time < b.time || (a.time == b.time && a.is_alloc < b.is_alloc);
+    });
+    int64_t bytes = p.devices[d].static_bytes, peak = bytes;
+    for (const Ev& e : ev) {
+      bytes += e.delta;
+      peak = std::max(peak, bytes);
+    }
+    EXPECT_EQ(bytes, p.devices[d].static_bytes) << what << " device " << d << ": memory does not return to static";
+    EXPECT_EQ(peak, t.devices[d].peak_bytes) << what << " device " << d;
+  }
+
+  // The makespan covers every device's work; the bubble ratio follows from busy time.
+  double busy = 0;
+  for (int d = 0; d < p.num_devices; d++) {
+    EXPECT_GE(t.makespan_us + eps, t.devices[d].busy_us) << what;
+    busy += t.devices[d].busy_us;
+  }
+  EXPECT_NEAR(t.bubble_ratio, 1 - busy / (p.num_devices * t.makespan_us), 1e-9) << what;
+}
+
+}  // namespace
+
+TEST(Property, EveryFamilyValidatesAndSimulatesConsistently) {
+  std::mt19937 rng(20261129);
+  int checked = 0;
+  for (int trial = 0; trial < 150; trial++) {
+    const Problem base = random_problem(rng);
+    for (const Family& f : families()) {
+      Result<FamilySchedule> fs = build_family(f, base);
+      if (!fs.ok()) {
+        // A family may decline a problem, but only with a reason.
+        EXPECT_FALSE(fs.status.message.empty()) << f.name;
+        continue;
+      }
+      const std::string what = std::string(f.name) + " trial " + std::to_string(trial) + " D=" +
+                               std::to_string(base.num_devices) + " M=" + std::to_string(base.num_microbatches);
+      Validation v = validate(fs.value.problem, fs.value.schedule, {.check_memory_budget = false});
+      ASSERT_TRUE(v.ok()) << what << ": " << v.summary();
+      check_invariants(fs.value.problem, fs.value.schedule, v.sim.timeline, what);
+      checked++;
+    }
+  }
+  EXPECT_GT(checked, 150 * 8);  // most families handle most problems
+}

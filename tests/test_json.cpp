@@ -1,0 +1,92 @@
+#include <gtest/gtest.h>
+
+#include "optpipe/families.h"
+#include "optpipe/json_io.h"
+
+using namespace optpipe;
+
+namespace {
+std::string error_of(const std::string& text) {
+  Result<Problem> r = problem_from_json(text);
+  EXPECT_FALSE(r.ok()) << "accepted: " << text;
+  return r.status.message;
+}
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST(Json, ProblemRoundTrip) {
+  Problem p = default_problem();
+  p.stages[1].ws_b_bytes = 77;
+  p.devices[2].host_link = 0;
+  p.t_comm_us = 12.5;
+  const std::string text = problem_to_json(p);
+  Result<Problem> back = problem_from_json(text);
+  ASSERT_TRUE(back.ok()) << back.status.message;
+  EXPECT_EQ(problem_to_json(back.value), text);
+}
+
+TEST(Json, ScheduleRoundTrip) {
+  Problem p = default_problem();
+  Result<FamilySchedule> fs = build_family(*find_family("zb-v"), p);
+  ASSERT_TRUE(fs.ok()) << fs.status.message;
+  Schedule s = fs.value.schedule;
+  s.devices[0].offloads.push_back({OpKind::kOffload, 0, 1});
+  s.devices[0].reloads.push_back({{OpKind::kReload, 0, 1}, {OpKind::kF, 0, 3}});
+  const std::string text = schedule_to_json(s);
+  EXPECT_TRUE(has(text, "\"format\": \"optpipe.schedule/1\""));
+  Result<Schedule> back = schedule_from_json(text);
+  ASSERT_TRUE(back.ok()) << back.status.message;
+  EXPECT_EQ(schedule_to_json(back.value), text);
+  EXPECT_EQ(back.value.placement, Placement::kVShape);
+  EXPECT_EQ(back.value.devices[0].reloads[0].anchor, (Op{OpKind::kF, 0, 3}));
+}
+
+TEST(Json, BadProblemsNameTheField) {
+  const std::string ok_stage = R"({"t_f_us":1,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})";
+  const std::string ok_device = R"({"static_bytes":0,"mem_budget_bytes":100})";
+  auto problem = [&](const std::string& fields, const std::string& stage, int n_stages, int n_devices) {
+    std::string stages, devices;
+    for (int i = 0; i < n_stages; i++) stages += (i ? "," : "") + stage;
+    for (int i = 0; i < n_devices; i++) devices += (i ? "," : "") + ok_device;
+    return "{" + fields + "\"stages\":[" + stages + "],\"devices\":[" + devices + "]}";
+  };
+  const std::string two = R"("num_devices":2,"num_microbatches":4,)";
+  ASSERT_TRUE(problem_from_json(problem(two, ok_stage, 2, 2)).ok());
+
+  EXPECT_TRUE(has(error_of("{\"num_devices\": 2,"), "malformed JSON"));
+  EXPECT_TRUE(has(error_of("[1,2]"), "expected an object"));
+  EXPECT_TRUE(has(error_of(problem(two + "\"colour\":1,", ok_stage, 2, 2)), "colour: unknown field"));
+  EXPECT_TRUE(has(error_of(problem(two, R"({"t_f_us":-1,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})", 2, 2)),
+                  "stages[0].t_f_us"));
+  EXPECT_TRUE(has(error_of(problem(two, R"({"t_f_us":"fast","t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})", 2, 2)),
+                  "stages[0].t_f_us: expected a number, got string"));
+  EXPECT_TRUE(has(error_of(problem(two, R"({"t_f_us":1,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4,"t_x_us":3})", 2, 2)),
+                  "stages[0].t_x_us: unknown field"));
+  EXPECT_TRUE(has(error_of(problem(two, R"({"t_f_us":1,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6})", 2, 2)),
+                  "stages[0].act_w_bytes: is required"));
+  EXPECT_TRUE(has(error_of(problem(R"("num_devices":0,"num_microbatches":4,)", ok_stage, 0, 0)), "num_devices"));
+  EXPECT_TRUE(has(error_of(problem(two, ok_stage, 3, 2)), "stages: must have num_devices × chunks_per_device = 2 entries, got 3"));
+  EXPECT_TRUE(has(error_of(problem(two, ok_stage, 2, 1)), "devices: must have num_devices = 2 entries, got 1"));
+  EXPECT_TRUE(has(error_of(problem(two + "\"placement\":\"zigzag\",", ok_stage, 2, 2)), "placement"));
+  EXPECT_TRUE(has(error_of(problem(two + "\"num_microbatches\":2.5,", ok_stage, 2, 2)), "num_microbatches"));
+  EXPECT_TRUE(has(error_of(problem(two + "\"host_link\":{\"d2h_gb_per_s\":0},", ok_stage, 2, 2)),
+                  "host_link.d2h_gb_per_s"));
+  // NaN is not JSON; a number too large for a double is refused by the parser, which names it.
+  EXPECT_TRUE(has(error_of(problem(two, R"({"t_f_us":NaN,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})", 2, 2)),
+                  "malformed JSON"));
+  EXPECT_TRUE(has(error_of(problem(two, R"({"t_f_us":1e400,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})", 2, 2)),
+                  "number overflow parsing '1e400'"));
+}
+
+TEST(Json, BadSchedules) {
+  auto err = [](const std::string& text) {
+    Result<Schedule> r = schedule_from_json(text);
+    EXPECT_FALSE(r.ok()) << text;
+    return r.status.message;
+  };
+  EXPECT_TRUE(has(err(R"({"devices":[{"compute":["F0 s0","X1 s0"]}]})"), "devices[0].compute[1]"));
+  EXPECT_TRUE(has(err(R"({"devices":[{"compute":[], "extra": 1}]})"), "devices[0].extra: unknown field"));
+  EXPECT_TRUE(has(err(R"({"format":"optpipe.schedule/9","devices":[]})"), "format"));
+  EXPECT_TRUE(has(err(R"({"devices":[{"compute":[],"reloads":[{"op":"RELOAD0 s0"}]}]})"), "devices[0].reloads[0].anchor"));
+  EXPECT_TRUE(schedule_from_json(R"({"devices":[{"compute":["BW12 s3"]}]})").ok());
+}
