@@ -295,3 +295,31 @@ TEST(Property, EveryFamilyValidatesAndSimulatesConsistently) {
   }
   EXPECT_GT(checked, 150 * 8);  // most families handle most problems
 }
+
+TEST(MemorySaving, PipeOffloadMovesLongLivedActivationsWhenTheLinkIsFast) {
+  Problem p = uniform(4, 16);
+  p.host_link = {1000, 1000, 0};  // transfers far shorter than lifespans
+  FamilyRun base = run("interleaved-1f1b", p), off = run("pipeoffload", p);
+  int64_t moved = 0;
+  for (const DeviceFigures& f : off.timeline.devices) moved += f.offload_bytes;
+  EXPECT_GT(moved, 0);
+  EXPECT_LT(max_peak_acts(off), max_peak_acts(base));
+
+  p.host_link = {0.001, 0.001, 0};  // 1 MB/s: nothing is worth moving
+  off = run("pipeoffload", p);
+  for (const DeviceFigures& f : off.timeline.devices) EXPECT_EQ(f.offload_bytes, 0);
+  EXPECT_DOUBLE_EQ(off.timeline.makespan_us, base.timeline.makespan_us);
+}
+
+TEST(MemorySaving, RecomputeKeepsOnlyInputsInFlight) {
+  const int D = 4, M = 8;
+  Problem p = uniform(D, M);
+  FamilyRun rc = run("1f1b-recompute", p);
+  for (int d = 0; d < D; d++) {
+    // In flight: the inputs of 1F1B's min(D−d, M) forwards, plus one full activation being used.
+    const double inputs = std::min(D - d, M) * double(kAct / 16) / kAct;
+    EXPECT_LE(peak_acts(rc, d), inputs + 1) << "d=" << d;
+    EXPECT_EQ(rc.timeline.devices[d].num_recomputes, M);
+  }
+  EXPECT_GT(rc.timeline.makespan_us, run("1f1b", p).timeline.makespan_us);
+}

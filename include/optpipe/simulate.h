@@ -48,7 +48,8 @@ struct DeviceFigures {
 };
 
 struct Timeline {
-  std::vector<double> start_us;  // by op_id; NaN for ops the schedule does not contain
+  std::vector<double> start_us;  // by op_id; NaN for ops the schedule does not contain (empty
+                                 // unless SimOptions::op_times)
   std::vector<double> end_us;
   std::vector<DeviceFigures> devices;
   double makespan_us = 0;  // end of the last op anywhere
@@ -58,6 +59,7 @@ struct Timeline {
 };
 
 struct SimOptions {
+  bool op_times = true;       // fill Timeline::start_us / end_us (off: only the figures)
   bool memory_curve = false;  // also record every step of each device's memory curve
 };
 

@@ -1,8 +1,63 @@
-// PROVISIONAL
+// PipeOffload-style (Wan et al., ICML 2025): interleaved 1F1B whose long-lived activations go to
+// host memory between their forward and backward. Following the zero-bubble repository's
+// offloading pass, an activation is offloaded only when its lifespan covers the round trip with
+// room to spare: the offload (queued behind earlier ones on the device-to-host channel) must end
+// at least one reload time before the reload has to start, and the reload is issued when the
+// compute stream reaches the op that starts two reload times before the backward, so it lands
+// with one reload time of slack. Times come from simulating the plain interleaved schedule.
+#include <algorithm>
+
 #include "families/common.h"
+#include "optpipe/simulate.h"
 
 namespace optpipe {
 
-Result<Schedule> make_pipeoffload(const Problem& p) { return make_interleaved_1f1b(p); }
+Result<Schedule> make_pipeoffload(const Problem& p) {
+  Result<Schedule> base = make_interleaved_1f1b(p);
+  if (!base.ok()) return base;
+  SimResult sim = simulate(p, base.value);
+  OPTPIPE_CHECK(sim.ok(), "interleaved 1F1B must simulate: " + sim.status.message);
+  const Timeline& t = sim.timeline;
+  auto start = [&](const Op& op) { return t.start_us[op_id(p, op)]; };
+  auto end = [&](const Op& op) { return t.end_us[op_id(p, op)]; };
+
+  Schedule s = base.value;
+  for (int d = 0; d < p.num_devices; d++) {
+    DeviceSchedule& ds = s.devices[d];
+    // Offloads in forward order, each after the previous one on the channel.
+    double d2h_free = 0;
+    std::vector<Op> offloaded;
+    for (const Op& op : ds.compute) {
+      if (op.kind != OpKind::kF) continue;
+      const Op bw{OpKind::kBW, op.stage, op.microbatch};
+      const double off_start = std::max(end(op), d2h_free);
+      const double off_end = off_start + p.offload_us(op.stage);
+      const double reload_by = start(bw) - 2 * p.reload_us(op.stage);  // latest reload start
+      if (off_end + p.reload_us(op.stage) > reload_by) continue;
+      d2h_free = off_end;
+      offloaded.push_back(op);
+    }
+    // Reloads in backward order, anchored where the compute stream is two reload times ahead.
+    for (const Op& op : ds.compute) {
+      if (op.kind != OpKind::kBW) continue;
+      const Op f{OpKind::kF, op.stage, op.microbatch};
+      if (std::find(offloaded.begin(), offloaded.end(), f) == offloaded.end()) continue;
+      const double issue_at = start(op) - 2 * p.reload_us(op.stage);
+      const Op* anchor = nullptr;
+      for (const Op& a : ds.compute) {
+        if (start(a) > issue_at) break;
+        anchor = &a;
+      }
+      if (!anchor) continue;  // cannot be issued early enough: keep this activation
+      ds.offloads.push_back(Op{OpKind::kOffload, op.stage, op.microbatch});
+      ds.reloads.push_back({Op{OpKind::kReload, op.stage, op.microbatch}, *anchor});
+    }
+    // Offloads go out in forward order.
+    std::sort(ds.offloads.begin(), ds.offloads.end(), [&](const Op& a, const Op& b) {
+      return end(Op{OpKind::kF, a.stage, a.microbatch}) < end(Op{OpKind::kF, b.stage, b.microbatch});
+    });
+  }
+  return Result<Schedule>::Of(std::move(s));
+}
 
 }  // namespace optpipe

@@ -153,7 +153,8 @@ Problem make_uniform_problem(const UniformSpec& u) {
   return p;
 }
 
-// Four devices, eight microbatches, uniform 10 ms passes: every family's closed form applies.
+// Four devices, eight microbatches, uniform 10 ms passes and no communication latency, so every
+// family's closed form applies.
 // Each stage-microbatch keeps 2 GiB of activations (512 MiB of it until W); the 52 GiB budget
 // fits 1F1B's four in flight on device 0 (40 GiB static + 8 GiB) but not GPipe's eight.
 Problem default_problem() {
@@ -166,7 +167,9 @@ Problem default_problem() {
   u.act_input_bytes = 32ll << 20;
   u.static_bytes = 40ll << 30;
   u.mem_budget_bytes = 52ll << 30;
-  return make_uniform_problem(u);
+  Problem p = make_uniform_problem(u);
+  p.host_link = {/*d2h_gb_per_s=*/50, /*h2d_gb_per_s=*/50, /*latency_us=*/10};  // PCIe 5.0 x16
+  return p;
 }
 
 Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_device) {

@@ -25,9 +25,8 @@ struct Queue {
 
 class Sim {
  public:
-  Sim(const Problem& p, const Schedule& s) : p_(p), s_(s) {}
-
-  SimResult run(const SimOptions& options);
+  // Buffers keep their capacity from call to call: large fresh allocations cost page faults.
+  SimResult run(const Problem& p, const Schedule& s, const SimOptions& options);
 
  private:
   Status build();
@@ -51,8 +50,8 @@ class Sim {
     return present_[b] ? b : id(OpKind::kBW, stage, mb);
   }
 
-  const Problem& p_;
-  const Schedule& s_;
+  const Problem* p_ = nullptr;
+  const Schedule* s_ = nullptr;
   int S_ = 0, M_ = 0, D_ = 0;
   std::vector<uint8_t> present_;
   std::vector<uint8_t> is_anchor_;
@@ -67,27 +66,27 @@ class Sim {
 };
 
 double Sim::duration(const Op& op) const {
-  const StageSpec& st = p_.stages[op.stage];
+  const StageSpec& st = p_->stages[op.stage];
   switch (op.kind) {
     case OpKind::kF: return st.t_f_us;
     case OpKind::kB: return st.t_b_us;
     case OpKind::kW: return st.t_w_us;
     case OpKind::kBW: return st.t_b_us + st.t_w_us;
     case OpKind::kR: return st.t_r_us;
-    case OpKind::kOffload: return p_.offload_us(op.stage);
-    case OpKind::kReload: return p_.reload_us(op.stage);
+    case OpKind::kOffload: return p_->offload_us(op.stage);
+    case OpKind::kReload: return p_->reload_us(op.stage);
   }
   return 0;
 }
 
 Status Sim::build() {
-  S_ = p_.num_stages();
-  M_ = p_.num_microbatches;
-  D_ = p_.num_devices;
-  if (static_cast<int>(s_.devices.size()) != D_)
-    return Status::Invalid("schedule has " + std::to_string(s_.devices.size()) + " devices, problem has " +
+  S_ = p_->num_stages();
+  M_ = p_->num_microbatches;
+  D_ = p_->num_devices;
+  if (static_cast<int>(s_->devices.size()) != D_)
+    return Status::Invalid("schedule has " + std::to_string(s_->devices.size()) + " devices, problem has " +
                            std::to_string(D_));
-  const int n = num_op_ids(p_);
+  const int n = num_op_ids(*p_);
   present_.assign(n, 0);
   is_anchor_.assign(n, 0);
   anchor_of_.assign(static_cast<size_t>(S_) * M_, -1);
@@ -96,22 +95,22 @@ Status Sim::build() {
 
   // Resources: one compute stream per device, then two channels per host link.
   int max_link = 0;
-  for (const DeviceSpec& dev : p_.devices) max_link = std::max(max_link, dev.host_link);
+  for (const DeviceSpec& dev : p_->devices) max_link = std::max(max_link, dev.host_link);
   std::vector<int> devices_on_link(max_link + 1, 0);
-  for (const DeviceSpec& dev : p_.devices) devices_on_link[dev.host_link]++;
+  for (const DeviceSpec& dev : p_->devices) devices_on_link[dev.host_link]++;
   resource_free_us_.assign(D_ + 2 * (max_link + 1), 0.0);
 
   queues_.assign(3 * D_, Queue{});
   queue_ops_.clear();
-  queue_ops_.reserve(s_.num_ops());
+  queue_ops_.reserve(s_->num_ops());
   auto add_op = [&](int d, const Op& op, OpKind want, const char* list) -> Status {
     bool kind_ok = want == OpKind::kF ? is_compute(op.kind) : op.kind == want;
     if (!kind_ok || op.stage < 0 || op.stage >= S_ || op.microbatch < 0 || op.microbatch >= M_)
       return Status::Invalid("device " + std::to_string(d) + " " + list + ": " + op_name(op) +
                              " is not a valid op for this list and problem");
-    if (p_.device_of(op.stage) != d)
+    if (p_->device_of(op.stage) != d)
       return Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " belongs to device " +
-                             std::to_string(p_.device_of(op.stage)));
+                             std::to_string(p_->device_of(op.stage)));
     int i = op_id(S_, M_, op);
     if (present_[i]) return Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " appears twice");
     present_[i] = 1;
@@ -119,8 +118,8 @@ Status Sim::build() {
     return Status::Ok();
   };
   for (int d = 0; d < D_; d++) {
-    const DeviceSchedule& ds = s_.devices[d];
-    const int link = p_.devices[d].host_link;
+    const DeviceSchedule& ds = s_->devices[d];
+    const int link = p_->devices[d].host_link;
     const bool link_shared = devices_on_link[link] > 1;
     const int resources[3] = {d, D_ + 2 * link, D_ + 2 * link + 1};
     for (int k = 0; k < 3; k++) {
@@ -143,7 +142,7 @@ Status Sim::build() {
           if (!is_compute(a.kind) || a.stage < 0 || a.stage >= S_ || a.microbatch < 0 || a.microbatch >= M_)
             return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) +
                                    " has an invalid anchor " + op_name(a));
-          if (p_.device_of(a.stage) != d)
+          if (p_->device_of(a.stage) != d)
             return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) +
                                    " is anchored to " + op_name(a) + " on another device");
           int a_id = op_id(S_, M_, a);
@@ -160,16 +159,16 @@ Status Sim::build() {
 }
 
 double Sim::ready_time(int i) const {
-  const Op op = op_from_id(p_, i);
+  const Op op = op_from_id(*p_, i);
   const int s = op.stage, mb = op.microbatch;
-  const int dev = p_.device_of(s);
+  const int dev = p_->device_of(s);
   double ready = 0;  // time starts at 0
   auto after = [&](int dep, double latency_us) {
     if (std::isnan(ready)) return;
     if (!placed(dep)) { ready = kNaN; return; }
     ready = std::max(ready, end_[dep] + latency_us);
   };
-  auto hop = [&](int other_stage) { return p_.device_of(other_stage) == dev ? 0.0 : p_.t_comm_us; };
+  auto hop = [&](int other_stage) { return p_->device_of(other_stage) == dev ? 0.0 : p_->t_comm_us; };
   switch (op.kind) {
     case OpKind::kF:
       if (s > 0) after(id(OpKind::kF, s - 1, mb), hop(s - 1));
@@ -196,7 +195,7 @@ double Sim::ready_time(int i) const {
 }
 
 void Sim::place(int i, int q, double start_us) {
-  const double end_us = start_us + duration(op_from_id(p_, i));
+  const double end_us = start_us + duration(op_from_id(*p_, i));
   start_[i] = start_us;
   end_[i] = end_us;
   resource_free_us_[queues_[q].resource] = end_us;
@@ -213,15 +212,15 @@ void Sim::wake(int q) {
 
 void Sim::wake_dependents(const Op& op) {
   const int s = op.stage;
-  const int dev = p_.device_of(s);
+  const int dev = p_->device_of(s);
   switch (op.kind) {
     case OpKind::kF:
-      if (s + 1 < S_) wake(compute_queue(p_.device_of(s + 1)));
+      if (s + 1 < S_) wake(compute_queue(p_->device_of(s + 1)));
       wake(d2h_queue(dev));
       break;
     case OpKind::kB:
     case OpKind::kBW:
-      if (s > 0) wake(compute_queue(p_.device_of(s - 1)));
+      if (s > 0) wake(compute_queue(p_->device_of(s - 1)));
       break;
     case OpKind::kOffload: wake(h2d_queue(dev)); break;
     case OpKind::kReload: wake(compute_queue(dev)); break;
@@ -241,7 +240,7 @@ void Sim::advance(int q) {
       return;
     }
     place(i, q, std::max(ready, resource_free_us_[qu.resource]));
-    wake_dependents(op_from_id(p_, i));
+    wake_dependents(op_from_id(*p_, i));
   }
 }
 
@@ -263,12 +262,17 @@ bool Sim::place_next_shared() {
   const int i = queue_ops_[qu.begin + qu.head];
   qu.candidate_ready_us = kNaN;
   place(i, best, best_start);
-  wake_dependents(op_from_id(p_, i));
+  wake_dependents(op_from_id(*p_, i));
   wake(best);
   return true;
 }
 
-SimResult Sim::run(const SimOptions& options) {
+SimResult Sim::run(const Problem& p, const Schedule& s, const SimOptions& options) {
+  p_ = &p;
+  s_ = &s;
+  shared_queues_.clear();
+  worklist_.clear();
+  num_placed_ = 0;
   SimResult r;
   r.status = build();
   if (!r.status.ok()) return r;
@@ -288,7 +292,7 @@ SimResult Sim::run(const SimOptions& options) {
     std::string msg = "deadlock: no op can start; blocked:";
     for (const Queue& qu : queues_) {
       if (qu.head == qu.end - qu.begin) continue;
-      Op op = op_from_id(p_, queue_ops_[qu.begin + qu.head]);
+      Op op = op_from_id(*p_, queue_ops_[qu.begin + qu.head]);
       r.stuck.push_back(op);
       msg += " device " + std::to_string(qu.device) + " waits to run " + op_name(op) + ";";
     }
@@ -297,8 +301,10 @@ SimResult Sim::run(const SimOptions& options) {
     return r;
   }
   compute_figures(options, &r.timeline);
-  r.timeline.start_us = std::move(start_);
-  r.timeline.end_us = std::move(end_);
+  if (options.op_times) {
+    r.timeline.start_us = start_;
+    r.timeline.end_us = end_;
+  }
   return r;
 }
 
@@ -339,18 +345,18 @@ void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
       f.busy_us += end_[i] - start_[i];
       f.first_start_us = std::min(f.first_start_us, start_[i]);
       f.last_end_us = std::max(f.last_end_us, end_[i]);
-      if (op_from_id(p_, i).kind == OpKind::kR) f.num_recomputes++;
+      if (op_from_id(*p_, i).kind == OpKind::kR) f.num_recomputes++;
     }
     for (int k = oq.begin; k < oq.end; k++) {
       const int i = queue_ops_[k];
       f.d2h_busy_us += end_[i] - start_[i];
-      f.offload_bytes += p_.stages[op_from_id(p_, i).stage].act_f_bytes;
+      f.offload_bytes += p_->stages[op_from_id(*p_, i).stage].act_f_bytes;
       f.last_end_us = std::max(f.last_end_us, end_[i]);
     }
     for (int k = rq.begin; k < rq.end; k++) {
       const int i = queue_ops_[k];
       f.h2d_busy_us += end_[i] - start_[i];
-      f.reload_bytes += p_.stages[op_from_id(p_, i).stage].act_f_bytes;
+      f.reload_bytes += p_->stages[op_from_id(*p_, i).stage].act_f_bytes;
       f.last_end_us = std::max(f.last_end_us, end_[i]);
     }
     makespan = std::max(makespan, f.last_end_us);
@@ -359,7 +365,7 @@ void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
 
     // Memory: merge the three time-ordered event streams (compute starts/ends, offload ends,
     // reload starts). At equal times an end comes before a start, so freed bytes are reused.
-    int64_t bytes = p_.devices[d].static_bytes;
+    int64_t bytes = p_->devices[d].static_bytes;
     f.peak_bytes = bytes;
     f.peak_time_us = 0;
     std::vector<MemoryPoint>* curve = options.memory_curve ? &t->memory[d] : nullptr;
@@ -398,9 +404,9 @@ void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
         i = queue_ops_[ri++];
         at_start = true;
       }
-      const Op op = op_from_id(p_, i);
+      const Op op = op_from_id(*p_, i);
       const bool recomputed = op.kind == OpKind::kF && present_[id(OpKind::kR, op.stage, op.microbatch)];
-      bytes += memory_delta(p_, op, at_start, recomputed);
+      bytes += memory_delta(*p_, op, at_start, recomputed);
       if (bytes > f.peak_bytes) {
         f.peak_bytes = bytes;
         f.peak_time_us = best_t;
@@ -423,8 +429,8 @@ void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
 }  // namespace
 
 SimResult simulate(const Problem& p, const Schedule& s, const SimOptions& options) {
-  Sim sim(p, s);
-  return sim.run(options);
+  thread_local Sim sim;
+  return sim.run(p, s, options);
 }
 
 }  // namespace optpipe
