@@ -4,7 +4,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "optpipe/export.h"
 #include "optpipe/families.h"
+#include "optpipe/figures.h"
 #include "optpipe/json_io.h"
 #include "optpipe/problem.h"
 #include "optpipe/simulate.h"
@@ -73,6 +75,40 @@ int cmd_families(bool as_json) {
   return kExitOk;
 }
 
+// The schedule to work on: read from a file, or built by a family. A schedule made for another
+// placement of the same model (a V-shape schedule, a linear problem) gets the problem re-cut.
+Result<FamilySchedule> load_schedule(const std::string& problem_path, const std::string& schedule_path,
+                                     const std::string& family, int chunks) {
+  using R = Result<FamilySchedule>;
+  Result<Problem> p = load_problem(problem_path);
+  if (!p.ok()) return R::Error(p.status);
+  if (schedule_path.empty() == family.empty())
+    return R::Error(Status::Invalid("give either --schedule FILE or --family NAME"));
+  if (!family.empty()) {
+    const Family* f = find_family(family);
+    if (!f) return R::Error(Status::Invalid("unknown family \"" + family + "\" (see: optpipe families)"));
+    return build_family(*f, p.value, chunks);
+  }
+  Result<std::string> text = read_text_file(schedule_path);
+  if (!text.ok()) return R::Error(text.status);
+  Result<Schedule> s = schedule_from_json(text.value);
+  if (!s.ok()) return R::Error(Status::Invalid(schedule_path + ": " + s.status.message));
+  FamilySchedule out{p.value, std::move(s.value)};
+  if (out.schedule.placement != out.problem.placement || out.schedule.chunks_per_device != out.problem.chunks_per_device) {
+    Result<Problem> re = rechunk(out.problem, out.schedule.placement, out.schedule.chunks_per_device);
+    if (!re.ok()) return R::Error(re.status);
+    out.problem = std::move(re.value);
+  }
+  return R::Of(std::move(out));
+}
+
+// Validates (structure, deadlock; not the budget) and simulates.
+Result<Timeline> checked_timeline(const FamilySchedule& fs, const std::string& what, const SimOptions& sim = {}) {
+  Validation v = validate(fs.problem, fs.schedule, {.check_memory_budget = false, .sim = sim});
+  if (!v.ok()) return Result<Timeline>::Error(Status::Invalid(what + " is not a valid schedule for this problem:\n" + v.summary()));
+  return Result<Timeline>::Of(std::move(v.sim.timeline));
+}
+
 int cmd_schedule(const std::string& problem_path, const std::string& family, int chunks, const std::string& out_path,
                  bool as_json) {
   Result<Problem> p = load_problem(problem_path);
@@ -81,9 +117,9 @@ int cmd_schedule(const std::string& problem_path, const std::string& family, int
   if (!f) return fail(Status::Invalid("unknown family \"" + family + "\" (see: optpipe families)"));
   Result<FamilySchedule> fs = build_family(*f, p.value, chunks);
   if (!fs.ok()) return fail(fs.status);
-  Validation v = validate(fs.value.problem, fs.value.schedule, {.check_memory_budget = false});
-  OPTPIPE_CHECK(v.ok(), "family " + family + " produced an invalid schedule: " + v.summary());
-  const Timeline& t = v.sim.timeline;
+  Result<Timeline> checked = checked_timeline(fs.value, "family " + family);
+  OPTPIPE_CHECK(checked.ok(), checked.status.message);
+  const Timeline& t = checked.value;
   if (Status st = emit(out_path, schedule_to_json(fs.value.schedule)); !st.ok()) return fail(st);
   if (out_path.empty() || out_path == "-") return kExitOk;
   if (as_json) {
@@ -98,31 +134,84 @@ int cmd_schedule(const std::string& problem_path, const std::string& family, int
 }
 
 int cmd_simulate(const std::string& problem_path, const std::string& schedule_path, bool as_json) {
-  Result<Problem> p = load_problem(problem_path);
-  if (!p.ok()) return fail(p.status);
-  Result<std::string> text = read_text_file(schedule_path);
-  if (!text.ok()) return fail(text.status);
-  Result<Schedule> s = schedule_from_json(text.value);
-  if (!s.ok()) return fail(Status::Invalid(schedule_path + ": " + s.status.message));
-  // A schedule made for another placement of the same model: re-cut the problem to match.
-  Problem problem = p.value;
-  if (s.value.placement != problem.placement || s.value.chunks_per_device != problem.chunks_per_device) {
-    Result<Problem> re = rechunk(problem, s.value.placement, s.value.chunks_per_device);
-    if (!re.ok()) return fail(re.status);
-    problem = std::move(re.value);
-  }
-  Validation v = validate(problem, s.value, {.check_memory_budget = false});
-  if (!v.ok()) return fail(Status::Invalid(schedule_path + " is not a valid schedule for this problem:\n" + v.summary()));
-  const Timeline& t = v.sim.timeline;
-  const bool fits = fits_budget(problem, t);
+  Result<FamilySchedule> fs = load_schedule(problem_path, schedule_path, "", 0);
+  if (!fs.ok()) return fail(fs.status);
+  const Problem& problem = fs.value.problem;
+  Result<Timeline> t = checked_timeline(fs.value, schedule_path);
+  if (!t.ok()) return fail(t.status);
+  const bool fits = fits_budget(problem, t.value);
   if (as_json) {
-    json j = timeline_json(problem, t);
+    json j = timeline_json(problem, t.value);
     j["problem"] = problem_summary_json(problem);
     print_json(j);
   } else {
-    std::printf("problem: %s\n%s", problem_summary(problem).c_str(), timeline_text(problem, t).c_str());
+    std::printf("problem: %s\n%s", problem_summary(problem).c_str(), timeline_text(problem, t.value).c_str());
   }
   return fits ? kExitOk : kExitInfeasible;
+}
+
+int cmd_export(const std::string& problem_path, const std::string& schedule_path, const std::string& family, int chunks,
+               const std::string& format, const std::string& out_path) {
+  Result<FamilySchedule> fs = load_schedule(problem_path, schedule_path, family, chunks);
+  if (!fs.ok()) return fail(fs.status);
+  const std::string what = family.empty() ? schedule_path : family;
+  Result<Timeline> t = checked_timeline(fs.value, what, {.op_times = true, .memory_curve = true});
+  if (!t.ok()) return fail(t.status);
+  const Problem& p = fs.value.problem;
+  const Schedule& s = fs.value.schedule;
+  std::string text;
+  if (format == "json") {
+    text = schedule_to_json(s);
+  } else if (format == "trace") {
+    text = chrome_trace_json(p, s, t.value);
+  } else if (format == "svg") {
+    text = schedule_svg(p, s, t.value, what);
+  } else {  // csv
+    CsvExport csv = pytorch_csv(s);
+    for (const std::string& note : csv.notes) std::fprintf(stderr, "optpipe: note: %s\n", note.c_str());
+    text = csv.csv;
+  }
+  Status st = emit(out_path, text);
+  return st.ok() ? kExitOk : fail(st);
+}
+
+struct FamilyOutcome {
+  const Family* family;
+  Status status;  // not ok: the family does not apply to this problem
+  FamilySchedule built;
+  Timeline timeline;
+  bool fits = false;
+};
+
+// Every family on one problem, each validated and simulated.
+std::vector<FamilyOutcome> run_families(const Problem& p, const SimOptions& sim) {
+  std::vector<FamilyOutcome> out;
+  for (const Family& f : families()) {
+    FamilyOutcome o{&f, Status::Ok(), {}, {}, false};
+    Result<FamilySchedule> fs = build_family(f, p);
+    if (!fs.ok()) {
+      o.status = fs.status;
+      out.push_back(std::move(o));
+      continue;
+    }
+    o.built = std::move(fs.value);
+    Result<Timeline> t = checked_timeline(o.built, std::string("family ") + f.name, sim);
+    OPTPIPE_CHECK(t.ok(), t.status.message);
+    o.timeline = std::move(t.value);
+    o.fits = fits_budget(o.built.problem, o.timeline);
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+std::string placement_label(const Family& f) {
+  return std::string(placement_name(f.placement)) + " v" + std::to_string(f.chunks_per_device);
+}
+
+int64_t max_peak(const Timeline& t) {
+  int64_t peak = 0;
+  for (const DeviceFigures& d : t.devices) peak = std::max(peak, d.peak_bytes);
+  return peak;
 }
 
 int cmd_compare(const std::string& problem_path, bool as_json) {
@@ -132,37 +221,30 @@ int cmd_compare(const std::string& problem_path, bool as_json) {
   std::vector<std::vector<std::string>> rows = {
       {"family", "placement", "makespan", "bubble", "peak memory", "fits", "peak per device"}};
   int num_fit = 0;
-  for (const Family& f : families()) {
-    Result<FamilySchedule> fs = build_family(f, p.value);
-    const std::string where = std::string(placement_name(f.placement)) + " v" + std::to_string(f.chunks_per_device);
-    if (!fs.ok()) {
-      rows.push_back({f.name, where, "-", "-", "-", "n/a", fs.status.message});
-      rows_json.push_back({{"family", f.name}, {"status", "not applicable"}, {"reason", fs.status.message}});
+  for (const FamilyOutcome& o : run_families(p.value, {.op_times = false})) {
+    const Family& f = *o.family;
+    if (!o.status.ok()) {
+      rows.push_back({f.name, placement_label(f), "-", "-", "-", "n/a", o.status.message});
+      rows_json.push_back({{"family", f.name}, {"status", "not applicable"}, {"reason", o.status.message}});
       continue;
     }
-    const Problem& fp = fs.value.problem;
-    Validation v = validate(fp, fs.value.schedule, {.check_memory_budget = false});
-    OPTPIPE_CHECK(v.ok(), std::string("family ") + f.name + " produced an invalid schedule: " + v.summary());
-    const Timeline& t = v.sim.timeline;
-    const bool fits = fits_budget(fp, t);
-    num_fit += fits;
-    int64_t peak = 0;
+    const Timeline& t = o.timeline;
+    num_fit += o.fits;
     std::string per_device;
     for (const DeviceFigures& d : t.devices) {
-      peak = std::max(peak, d.peak_bytes);
       char buf[32];
       std::snprintf(buf, sizeof buf, "%s%.1f", per_device.empty() ? "" : " ", d.peak_bytes / double(1ll << 30));
       per_device += buf;
     }
     char bubble[32];
     std::snprintf(bubble, sizeof bubble, "%.1f%%", 100 * t.bubble_ratio);
-    rows.push_back({f.name, where, format_us(t.makespan_us), bubble, format_bytes(peak), fits ? "yes" : "no",
-                    per_device + " GiB"});
-    json j = timeline_json(fp, t);
+    rows.push_back({f.name, placement_label(f), format_us(t.makespan_us), bubble, format_bytes(max_peak(t)),
+                    o.fits ? "yes" : "no", per_device + " GiB"});
+    json j = timeline_json(o.built.problem, t);
     j["family"] = f.name;
     j["status"] = "ok";
-    j["placement"] = placement_name(fp.placement);
-    j["chunks_per_device"] = fp.chunks_per_device;
+    j["placement"] = placement_name(o.built.problem.placement);
+    j["chunks_per_device"] = o.built.problem.chunks_per_device;
     rows_json.push_back(j);
   }
   if (as_json) {
@@ -171,6 +253,49 @@ int cmd_compare(const std::string& problem_path, bool as_json) {
     std::printf("problem: %s\n\n%s", problem_summary(p.value).c_str(), aligned_table(rows).c_str());
   }
   return num_fit > 0 ? kExitOk : kExitInfeasible;
+}
+
+// The HTML page: the comparison table, then the charts of the fastest family that fits and of
+// each family asked for.
+int cmd_report(const std::string& problem_path, const std::vector<std::string>& chart_families,
+               const std::string& out_path) {
+  Result<Problem> p = load_problem(problem_path);
+  if (!p.ok()) return fail(p.status);
+  for (const std::string& name : chart_families)
+    if (!find_family(name)) return fail(Status::Invalid("unknown family \"" + name + "\" (see: optpipe families)"));
+  std::vector<FamilyOutcome> outcomes = run_families(p.value, {.op_times = true, .memory_curve = true});
+  std::vector<ReportRow> rows;
+  const FamilyOutcome* best = nullptr;
+  for (const FamilyOutcome& o : outcomes) {
+    ReportRow r;
+    r.name = o.family->name;
+    r.placement = placement_label(*o.family);
+    r.applicable = o.status.ok();
+    r.reason = o.status.message;
+    if (r.applicable) {
+      r.makespan_us = o.timeline.makespan_us;
+      r.bubble_ratio = o.timeline.bubble_ratio;
+      r.peak_bytes = max_peak(o.timeline);
+      r.fits = o.fits;
+      if (o.fits && (!best || o.timeline.makespan_us < best->timeline.makespan_us)) best = &o;
+    }
+    rows.push_back(r);
+  }
+  std::vector<ReportChart> charts;
+  auto chart = [&](const FamilyOutcome& o, const std::string& heading) {
+    charts.push_back({heading, schedule_svg(o.built.problem, o.built.schedule, o.timeline, o.family->name)});
+  };
+  if (best) chart(*best, std::string("Fastest family that fits the budget: ") + best->family->name);
+  for (const std::string& name : chart_families)
+    for (const FamilyOutcome& o : outcomes)
+      if (name == o.family->name && &o != best) {
+        if (o.status.ok()) chart(o, name);
+      }
+  std::string html = html_report("optpipe report", problem_summary(p.value), rows, charts);
+  Status st = emit(out_path, html);
+  if (!st.ok()) return fail(st);
+  if (!out_path.empty() && out_path != "-") std::fprintf(stderr, "optpipe: wrote %s\n", out_path.c_str());
+  return best ? kExitOk : kExitInfeasible;
 }
 
 }  // namespace
@@ -210,6 +335,22 @@ int main(int argc, char** argv) {
   add_problem(compare_cmd);
   add_json(compare_cmd);
 
+  std::string format = "json";
+  CLI::App* export_cmd = app.add_subcommand("export", "write a schedule as optpipe JSON, Chrome trace, PyTorch CSV or SVG");
+  add_problem(export_cmd);
+  export_cmd->add_option("--schedule,-s", schedule_path, "schedule JSON");
+  export_cmd->add_option("--family,-f", family, "or: the schedule of this family");
+  export_cmd->add_option("--chunks", chunks, "chunks per device, for interleaved families")->check(CLI::Range(1, 64));
+  export_cmd->add_option("--format", format, "json | trace (chrome://tracing, Perfetto) | csv (torch.distributed.pipelining) | svg")
+      ->check(CLI::IsMember({"json", "trace", "csv", "svg"}));
+  export_cmd->add_option("--out,-o", out_path, "output file (default: stdout)");
+
+  std::vector<std::string> chart_families = {"1f1b"};
+  CLI::App* report_cmd = app.add_subcommand("report", "write an HTML page: comparison table and charts");
+  add_problem(report_cmd);
+  report_cmd->add_option("--chart", chart_families, "also chart these families (default: 1f1b)");
+  report_cmd->add_option("--out,-o", out_path, "output file (default: stdout)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -226,6 +367,8 @@ int main(int argc, char** argv) {
     if (*schedule_cmd) return cmd_schedule(problem_path, family, chunks, out_path, as_json);
     if (*simulate_cmd) return cmd_simulate(problem_path, schedule_path, as_json);
     if (*compare_cmd) return cmd_compare(problem_path, as_json);
+    if (*export_cmd) return cmd_export(problem_path, schedule_path, family, chunks, format, out_path);
+    if (*report_cmd) return cmd_report(problem_path, chart_families, out_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "optpipe: internal error: %s\n", e.what());
     return 70;

@@ -1,8 +1,8 @@
 // report.h — how the command-line tool prints simulated figures, as text tables or JSON.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "optpipe/problem.h"
 #include "optpipe/simulate.h"
@@ -11,13 +11,7 @@ namespace optpipe {
 
 // One-line description: "4 devices, 8 microbatches, linear placement (4 stages), budget 52.00 GiB".
 std::string problem_summary(const Problem& p);
-nlohmann::json problem_summary_json(const Problem& p);
-
-// Everything the simulator says about one schedule.
-nlohmann::json timeline_json(const Problem& p, const Timeline& t);
 std::string timeline_text(const Problem& p, const Timeline& t);
-
-bool fits_budget(const Problem& p, const Timeline& t);
 
 // Rows of cells printed with aligned columns (first row is the header).
 std::string aligned_table(const std::vector<std::vector<std::string>>& rows);

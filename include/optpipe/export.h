@@ -1,0 +1,60 @@
+// export.h — schedules in the forms other tools read, and as pictures.
+//
+// All exporters take a simulated timeline (simulate() with op_times, and memory_curve for the
+// charts and the counter track), so every number they show is the simulator's.
+//
+//   SimResult r = simulate(p, s, {.op_times = true, .memory_curve = true});
+//   std::string trace = chrome_trace_json(p, s, r.timeline);   // chrome://tracing, Perfetto
+//   CsvExport csv = pytorch_csv(s);                             // torch.distributed.pipelining
+//   std::string svg = schedule_svg(p, s, r.timeline, "zb-v");  // Gantt + memory curves
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "optpipe/problem.h"
+#include "optpipe/schedule.h"
+#include "optpipe/simulate.h"
+
+namespace optpipe {
+
+// Fill colours by op kind (indexed by OpKind), shared by the SVG and the report's legend.
+const char* op_colour(OpKind k);
+
+// Chrome trace: a process per device, a thread per stream (compute, device→host, host→device),
+// "X" events named like "F3 s1" with real durations in µs, and a "memory" counter per device.
+std::string chrome_trace_json(const Problem& p, const Schedule& s, const Timeline& t);
+
+// PyTorch torch.distributed.pipelining CSV, compute_only form (torch ≥ 2.6 action names): one
+// row per rank, one cell per action "{stage}{F|I|W|B}{microbatch}", I = input-gradient B,
+// B = fused BW. Offloads, reloads and recomputes have no action there; `notes` says what was
+// left out (empty when nothing was).
+struct CsvExport {
+  std::string csv;
+  std::vector<std::string> notes;
+};
+CsvExport pytorch_csv(const Schedule& s);
+
+// One SVG: per device a compute lane and its offload and reload lanes (ops coloured by kind,
+// microbatch on each box, later chunks lighter, idle time blank), a time axis in ms, then per
+// device the memory curve against the budget line with the peak marked.
+std::string schedule_svg(const Problem& p, const Schedule& s, const Timeline& t, const std::string& title);
+
+// A self-contained HTML page: problem summary, comparison table, charts. Nothing is fetched.
+struct ReportRow {
+  std::string name;
+  std::string placement;
+  bool applicable = true;
+  std::string reason;  // when not applicable
+  double makespan_us = 0, bubble_ratio = 0;
+  int64_t peak_bytes = 0;
+  bool fits = false;
+};
+struct ReportChart {
+  std::string heading;
+  std::string svg;
+};
+std::string html_report(const std::string& title, const std::string& problem_summary,
+                        const std::vector<ReportRow>& rows, const std::vector<ReportChart>& charts);
+
+}  // namespace optpipe

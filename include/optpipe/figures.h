@@ -1,0 +1,20 @@
+// figures.h — what the simulator says about a schedule, as JSON (for --json, the Python module).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "optpipe/problem.h"
+#include "optpipe/simulate.h"
+
+namespace optpipe {
+
+// Makespan, longest span, bubble ratio, fits, and per device: busy/idle, first/last op, peak
+// memory (bytes, time, op), budget, offload/reload traffic, recomputes.
+nlohmann::json timeline_json(const Problem& p, const Timeline& t);
+
+// Devices, microbatches, placement, stages, per-device budgets.
+nlohmann::json problem_summary_json(const Problem& p);
+
+bool fits_budget(const Problem& p, const Timeline& t);
+
+}  // namespace optpipe

@@ -1,0 +1,119 @@
+// The `optpipe` Python module: problems, families, simulation and exports from a training script.
+// Problems and schedules cross the boundary as dicts (their JSON forms), figures come back as
+// dicts, and bad input raises ValueError with optpipe's message.
+//
+//   import optpipe
+//   built = optpipe.schedule("zb-v")                      # {"problem": {...}, "schedule": {...}}
+//   figures = optpipe.simulate(built["problem"], built["schedule"])
+//   csv, notes = optpipe.export_csv(built["schedule"])
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "optpipe/export.h"
+#include "optpipe/families.h"
+#include "optpipe/figures.h"
+#include "optpipe/json_io.h"
+#include "optpipe/validate.h"
+
+namespace py = pybind11;
+using namespace optpipe;
+
+namespace {
+
+py::object to_dict(const std::string& json_text) { return py::module_::import("json").attr("loads")(json_text); }
+
+std::string to_text(const py::object& value) {
+  if (py::isinstance<py::str>(value)) return value.cast<std::string>();
+  return py::module_::import("json").attr("dumps")(value).cast<std::string>();
+}
+
+template <class T>
+T value_or_raise(Result<T> r) {
+  if (!r.ok()) throw py::value_error(r.status.message);
+  return std::move(r.value);
+}
+
+Problem problem_arg(const py::object& problem) {
+  if (problem.is_none()) return default_problem();
+  return value_or_raise(problem_from_json(to_text(problem)));
+}
+
+// Schedule and problem, the problem re-cut when the schedule was made for another placement.
+std::pair<Problem, Schedule> pair_args(const py::object& problem, const py::object& schedule) {
+  Problem p = problem_arg(problem);
+  Schedule s = value_or_raise(schedule_from_json(to_text(schedule)));
+  if (s.placement != p.placement || s.chunks_per_device != p.chunks_per_device)
+    p = value_or_raise(rechunk(p, s.placement, s.chunks_per_device));
+  return {std::move(p), std::move(s)};
+}
+
+Timeline checked(const Problem& p, const Schedule& s, const SimOptions& sim) {
+  Validation v = validate(p, s, {.check_memory_budget = false, .sim = sim});
+  if (!v.ok()) throw py::value_error("not a valid schedule for this problem:\n" + v.summary());
+  return std::move(v.sim.timeline);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(optpipe, m) {
+  m.doc() = "optpipe: pipeline-parallel schedules under a memory budget";
+
+  m.def("families", [] {
+    py::list out;
+    for (const Family& f : families()) {
+      py::dict d;
+      d["name"] = f.name;
+      d["placement"] = placement_name(f.placement);
+      d["chunks_per_device"] = f.chunks_per_device;
+      d["description"] = f.description;
+      out.append(d);
+    }
+    return out;
+  }, "The schedule families: name, placement, chunks per device, description.");
+
+  m.def("default_problem", [] { return to_dict(problem_to_json(default_problem())); },
+        "The built-in problem, as a dict in optpipe.problem/1 form.");
+
+  m.def("schedule", [](const std::string& family, const py::object& problem, int chunks) {
+    const Family* f = find_family(family);
+    if (!f) throw py::value_error("unknown family \"" + family + "\"");
+    FamilySchedule fs = value_or_raise(build_family(*f, problem_arg(problem), chunks));
+    checked(fs.problem, fs.schedule, {.op_times = false});
+    py::dict out;
+    out["problem"] = to_dict(problem_to_json(fs.problem));
+    out["schedule"] = to_dict(schedule_to_json(fs.schedule));
+    return out;
+  }, py::arg("family"), py::arg("problem") = py::none(), py::arg("chunks") = 0,
+     "A family's schedule for the problem (default: the built-in one), with the problem re-cut to its placement.");
+
+  m.def("simulate", [](const py::object& problem, const py::object& schedule) {
+    auto [p, s] = pair_args(problem, schedule);
+    return to_dict(timeline_json(p, checked(p, s, {.op_times = false})).dump());
+  }, py::arg("problem"), py::arg("schedule"), "Simulated figures: makespan, bubble, per-device busy/idle and peak memory.");
+
+  m.def("validate", [](const py::object& problem, const py::object& schedule) {
+    auto [p, s] = pair_args(problem, schedule);
+    std::vector<std::string> issues;
+    for (const Issue& i : validate(p, s).issues) issues.push_back(i.message);
+    return issues;
+  }, py::arg("problem"), py::arg("schedule"), "The validator's issues (empty: valid and within budget).");
+
+  m.def("schedule_to_json", [](const py::object& schedule) {
+    return schedule_to_json(value_or_raise(schedule_from_json(to_text(schedule))));
+  }, py::arg("schedule"), "The schedule in optpipe.schedule/1 JSON text.");
+
+  m.def("export_csv", [](const py::object& schedule) {
+    CsvExport csv = pytorch_csv(value_or_raise(schedule_from_json(to_text(schedule))));
+    return py::make_tuple(csv.csv, csv.notes);
+  }, py::arg("schedule"), "PyTorch pipelining CSV (compute_only) and notes on what it cannot express.");
+
+  m.def("export_trace", [](const py::object& problem, const py::object& schedule) {
+    auto [p, s] = pair_args(problem, schedule);
+    return chrome_trace_json(p, s, checked(p, s, {.op_times = true, .memory_curve = true}));
+  }, py::arg("problem"), py::arg("schedule"), "Chrome trace JSON text.");
+
+  m.def("export_svg", [](const py::object& problem, const py::object& schedule, const std::string& title) {
+    auto [p, s] = pair_args(problem, schedule);
+    return schedule_svg(p, s, checked(p, s, {.op_times = true, .memory_curve = true}), title);
+  }, py::arg("problem"), py::arg("schedule"), py::arg("title") = "schedule", "Gantt and memory chart, SVG text.");
+}

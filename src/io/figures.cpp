@@ -1,0 +1,51 @@
+#include "optpipe/figures.h"
+
+#include "optpipe/schedule.h"
+
+namespace optpipe {
+
+nlohmann::json problem_summary_json(const Problem& p) {
+  nlohmann::json budgets = nlohmann::json::array();
+  for (const DeviceSpec& d : p.devices) budgets.push_back(d.mem_budget_bytes);
+  return {{"num_devices", p.num_devices},
+          {"num_microbatches", p.num_microbatches},
+          {"placement", placement_name(p.placement)},
+          {"chunks_per_device", p.chunks_per_device},
+          {"num_stages", p.num_stages()},
+          {"mem_budget_bytes", budgets}};
+}
+
+bool fits_budget(const Problem& p, const Timeline& t) {
+  for (int d = 0; d < p.num_devices; d++)
+    if (t.devices[d].peak_bytes > p.devices[d].mem_budget_bytes) return false;
+  return true;
+}
+
+nlohmann::json timeline_json(const Problem& p, const Timeline& t) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (int d = 0; d < p.num_devices; d++) {
+    const DeviceFigures& f = t.devices[d];
+    devices.push_back({{"device", d},
+                       {"busy_us", f.busy_us},
+                       {"idle_us", f.idle_us},
+                       {"first_start_us", f.first_start_us},
+                       {"last_end_us", f.last_end_us},
+                       {"peak_bytes", f.peak_bytes},
+                       {"peak_time_us", f.peak_time_us},
+                       {"peak_op", op_name(f.peak_op)},
+                       {"mem_budget_bytes", p.devices[d].mem_budget_bytes},
+                       {"fits_budget", f.peak_bytes <= p.devices[d].mem_budget_bytes},
+                       {"offload_bytes", f.offload_bytes},
+                       {"reload_bytes", f.reload_bytes},
+                       {"d2h_busy_us", f.d2h_busy_us},
+                       {"h2d_busy_us", f.h2d_busy_us},
+                       {"recomputes", f.num_recomputes}});
+  }
+  return {{"makespan_us", t.makespan_us},
+          {"max_span_us", t.max_span_us},
+          {"bubble_ratio", t.bubble_ratio},
+          {"fits_budget", fits_budget(p, t)},
+          {"devices", devices}};
+}
+
+}  // namespace optpipe

@@ -1,0 +1,116 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "optpipe/export.h"
+#include "optpipe/families.h"
+#include "optpipe/validate.h"
+
+using namespace optpipe;
+
+namespace {
+
+struct Built {
+  FamilySchedule fs;
+  Timeline t;
+};
+
+Built build(const char* family, const Problem& p = default_problem()) {
+  Result<FamilySchedule> fs = build_family(*find_family(family), p);
+  EXPECT_TRUE(fs.ok()) << fs.status.message;
+  SimResult r = simulate(fs.value.problem, fs.value.schedule, {.op_times = true, .memory_curve = true});
+  EXPECT_TRUE(r.ok()) << r.status.message;
+  return {fs.value, r.timeline};
+}
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t pos = text.find(part); pos != std::string::npos; pos = text.find(part, pos + 1)) n++;
+  return n;
+}
+
+}  // namespace
+
+TEST(ChromeTrace, OneEventPerOpWithRealDurations) {
+  Problem p = default_problem();
+  p.host_link = {1000, 1000, 0};  // offloads happen
+  Built b = build("pipeoffload", p);
+  const auto j = nlohmann::json::parse(chrome_trace_json(b.fs.problem, b.fs.schedule, b.t));
+  size_t spans = 0, counters = 0, offloads = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "X") {
+      spans++;
+      EXPECT_GE(e["dur"].get<double>(), 0);
+      if (e["tid"] == 1) offloads++;
+    }
+    if (e["ph"] == "C") counters++;
+  }
+  EXPECT_EQ(spans, b.fs.schedule.num_ops());
+  EXPECT_GT(offloads, 0u);
+  size_t points = 0;
+  for (const auto& m : b.t.memory) points += m.size();
+  EXPECT_EQ(counters, points);
+  // Named like "F3 s1", with the simulator's times.
+  const Op first = b.fs.schedule.devices[0].compute[0];
+  bool found = false;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X" && e["name"] == op_name(first) && e["pid"] == 0) {
+      found = true;
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), b.t.start_us[op_id(b.fs.problem, first)]);
+    }
+  EXPECT_TRUE(found);
+}
+
+TEST(PytorchCsv, ActionsPerRank) {
+  Built b = build("zb-v");
+  CsvExport csv = pytorch_csv(b.fs.schedule);
+  EXPECT_TRUE(csv.notes.empty());
+  EXPECT_EQ(count(csv.csv, "\n"), 4u);
+  const std::regex action(R"((\d+)(F|I|W|B)(\d+))");
+  size_t cells = 0;
+  size_t start = 0;
+  for (size_t end = csv.csv.find_first_of(",\n"); end != std::string::npos; end = csv.csv.find_first_of(",\n", start)) {
+    const std::string cell = csv.csv.substr(start, end - start);
+    EXPECT_TRUE(std::regex_match(cell, action)) << cell;
+    cells++;
+    start = end + 1;
+  }
+  EXPECT_EQ(cells, b.fs.schedule.num_ops());
+  // V-shape: device 0 runs stages 0 and 7; the input-gradient B is "I".
+  EXPECT_EQ(csv.csv.substr(0, 4), "0F0,");
+  EXPECT_NE(csv.csv.find("7I0"), std::string::npos);
+
+  CsvExport rc = pytorch_csv(build("1f1b-recompute").fs.schedule);
+  ASSERT_EQ(rc.notes.size(), 1u);
+  EXPECT_NE(rc.notes[0].find("recompute"), std::string::npos);
+  EXPECT_EQ(rc.csv.find('R'), std::string::npos);
+}
+
+TEST(Svg, DrawsEveryOpAndTheMemoryCurves) {
+  Built b = build("zb-h1");
+  const std::string svg = schedule_svg(b.fs.problem, b.fs.schedule, b.t, "zb-h1");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_EQ(count(svg, "<title>"), b.fs.schedule.num_ops());
+  EXPECT_GE(count(svg, std::string("fill=\"") + op_colour(OpKind::kF) + "\""), 32u);
+  EXPECT_GE(count(svg, std::string("fill=\"") + op_colour(OpKind::kW) + "\""), 32u);
+  EXPECT_EQ(count(svg, "<polyline"), 4u);   // one memory curve per device
+  EXPECT_EQ(count(svg, "budget 52.00 GiB"), 4u);
+  EXPECT_EQ(count(svg, "peak 48.00 GiB"), 1u);  // device 0's peak
+}
+
+TEST(HtmlReport, SelfContained) {
+  Built b = build("1f1b");
+  ReportRow row{"1f1b", "linear v1", true, "", b.t.makespan_us, b.t.bubble_ratio, 0, true};
+  ReportRow na{"dualpipe-v", "vshape v2", false, "needs at least 8 microbatches", 0, 0, 0, false};
+  const std::string html = html_report("report <&>", "4 devices", {row, na},
+                                       {{"1f1b", schedule_svg(b.fs.problem, b.fs.schedule, b.t, "1f1b")}});
+  EXPECT_NE(html.find("<title>report &lt;&amp;&gt;</title>"), std::string::npos);
+  EXPECT_NE(html.find("not applicable: needs at least 8 microbatches"), std::string::npos);
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  // Nothing fetched: no scripts, stylesheets, images or fonts from elsewhere.
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("<link"), std::string::npos);
+  EXPECT_EQ(html.find("src="), std::string::npos);
+  EXPECT_EQ(count(html, "http"), count(html, "http://www.w3.org/2000/svg"));
+}

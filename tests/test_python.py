@@ -1,0 +1,70 @@
+"""The optpipe Python module, as a training script would use it (run by ctest with PYTHONPATH)."""
+import json
+import unittest
+
+import optpipe
+
+
+class PythonModule(unittest.TestCase):
+    def test_families(self):
+        names = [f["name"] for f in optpipe.families()]
+        self.assertIn("zb-v", names)
+        self.assertIn("1f1b", names)
+        self.assertEqual(len(names), len(set(names)))
+
+    def test_schedule_and_simulate(self):
+        built = optpipe.schedule("1f1b")
+        figures = optpipe.simulate(built["problem"], built["schedule"])
+        # Built-in problem: D=4, M=8, 10 ms passes: (M+D-1)(tF+tB+tW) = 330 ms.
+        self.assertAlmostEqual(figures["makespan_us"], 330000.0)
+        self.assertEqual(len(figures["devices"]), 4)
+        self.assertTrue(figures["fits_budget"])
+
+    def test_v_schedule_on_the_linear_problem(self):
+        built = optpipe.schedule("zb-v")
+        self.assertEqual(built["schedule"]["placement"], "vshape")
+        figures = optpipe.simulate(optpipe.default_problem(), built["schedule"])  # re-cut on the way in
+        self.assertAlmostEqual(figures["max_span_us"], 240000.0)
+
+    def test_round_trip(self):
+        built = optpipe.schedule("pipeoffload")
+        text = optpipe.schedule_to_json(built["schedule"])
+        self.assertEqual(json.loads(text), built["schedule"])
+        self.assertEqual(optpipe.schedule_to_json(json.loads(text)), text)
+        self.assertEqual(optpipe.schedule_to_json(text), text)
+
+    def test_exports(self):
+        built = optpipe.schedule("zb-h1")
+        csv, notes = optpipe.export_csv(built["schedule"])
+        rows = csv.strip().split("\n")
+        self.assertEqual(len(rows), 4)
+        self.assertEqual(rows[0].split(",")[:2], ["0F0", "0F1"])
+        self.assertEqual(notes, [])
+        trace = json.loads(optpipe.export_trace(built["problem"], built["schedule"]))
+        spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+        self.assertEqual(len(spans), 4 * 8 * 3)
+        svg = optpipe.export_svg(built["problem"], built["schedule"], "zb-h1")
+        self.assertTrue(svg.startswith("<svg"))
+
+    def test_recompute_and_offload_are_noted_in_csv(self):
+        problem = optpipe.default_problem()
+        _, notes = optpipe.export_csv(optpipe.schedule("1f1b-recompute", problem)["schedule"])
+        self.assertTrue(any("recompute" in n for n in notes))
+
+    def test_bad_input_raises_with_the_field(self):
+        problem = optpipe.default_problem()
+        problem["stages"][2]["t_b_us"] = -1
+        with self.assertRaisesRegex(ValueError, r"stages\[2\]\.t_b_us"):
+            optpipe.schedule("1f1b", problem)
+        with self.assertRaisesRegex(ValueError, "unknown family"):
+            optpipe.schedule("nosuch")
+        built = optpipe.schedule("1f1b")
+        built["schedule"]["devices"][0]["compute"].pop()
+        issues = optpipe.validate(built["problem"], built["schedule"])
+        self.assertTrue(any("is missing" in i for i in issues), issues)
+        with self.assertRaisesRegex(ValueError, "is missing"):
+            optpipe.simulate(built["problem"], built["schedule"])
+
+
+if __name__ == "__main__":
+    unittest.main()
