@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Installs what optpipe needs from Debian's archive (only what is missing), then configures and
 # builds into build/. Safe to run again: it does nothing that is already done.
+#   --test   also install what the tests need (Chromium, to render the HTML report headless)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev)
+packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev
+          pybind11-dev python3-dev)
+if [ "${1:-}" = "--test" ]; then
+  packages+=(chromium)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -65,7 +65,14 @@ check "unknown family" 1 "unknown family" -- "$bin" schedule --family nosuch
 python3 -c 'import json; s=json.load(open("'"$tmp/zbv.json"'")); s["devices"][0]["compute"].pop(); json.dump(s, open("'"$tmp/short.json"'","w"))'
 check "invalid schedule" 1 "is missing" -- "$bin" simulate --schedule "$tmp/short.json"
 
+check "report writes HTML" 0 "wrote" -- "$bin" report -o "$tmp/r.html"
+grep -q "<svg" "$tmp/r.html" && echo "ok   report has charts" || { echo "FAIL report has no SVG"; failures=$((failures + 1)); }
+check "export svg" 0 "" -- "$bin" export --family zb-v --format svg -o "$tmp/zbv.svg"
+check "export needs a schedule or a family" 1 "either --schedule" -- "$bin" export --format csv
+check "report with an unknown family" 1 "unknown family" -- "$bin" report --chart nosuch
+
 # Usage errors: exit 2.
+check "unknown export format" 2 "" -- "$bin" export --family zb-v --format pdf
 check "no subcommand" 2 "" -- "$bin"
 check "unknown flag" 2 "" -- "$bin" compare --frobnicate
 check "help" 0 "compare" -- "$bin" --help
