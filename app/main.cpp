@@ -1,5 +1,6 @@
 // optpipe — command-line front end. Exit codes: 0 ok, 1 bad input, 2 usage, 3 infeasible.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 #include "optpipe/families.h"
 #include "optpipe/figures.h"
 #include "optpipe/json_io.h"
+#include "optpipe/optimize.h"
 #include "optpipe/problem.h"
 #include "optpipe/simulate.h"
 #include "optpipe/units.h"
@@ -298,6 +300,91 @@ int cmd_report(const std::string& problem_path, const std::vector<std::string>& 
   return best ? kExitOk : kExitInfeasible;
 }
 
+int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_options, bool quiet, bool as_json,
+                 const std::string& out_path) {
+  Result<Problem> p = load_problem(problem_path);
+  if (!p.ok()) return fail(p.status);
+  OptimizeOptions options = base_options;
+  if (!quiet)
+    options.progress = [](const Progress& g) {
+      std::string best = g.best_makespan_us > 0 ? format_us(g.best_makespan_us) : std::string("none fits yet");
+      std::string gap = g.best_makespan_us > 0 ? fmt::format("{:.1f}%", 100 * (g.best_makespan_us - g.lower_bound_us) / g.best_makespan_us) : "-";
+      std::fprintf(stderr, "[%6.1fs] %9lld candidates  best %-12s bound %-12s gap %s\n", g.elapsed_s,
+                   static_cast<long long>(g.evaluations), best.c_str(), format_us(g.lower_bound_us).c_str(), gap.c_str());
+    };
+  OptimizeResult r = optimize(p.value, options);
+  if (!r.status.ok()) return fail(r.status);
+
+  // The best family that fits, for comparison.
+  const FamilyOutcome* baseline = nullptr;
+  std::vector<FamilyOutcome> outcomes = run_families(p.value, {.op_times = false});
+  for (const FamilyOutcome& o : outcomes)
+    if (o.status.ok() && o.fits && (!baseline || o.timeline.makespan_us < baseline->timeline.makespan_us)) baseline = &o;
+  const Timeline& t = r.timeline;
+  auto idle_us = [&](const Timeline& x) {
+    double idle = 0;
+    for (const DeviceFigures& d : x.devices) idle += d.idle_us;
+    return idle;
+  };
+  const double idle_reduction = baseline && idle_us(baseline->timeline) > 0
+                                    ? 1 - idle_us(t) / idle_us(baseline->timeline) : 0;
+  const bool fits = r.outcome != Outcome::kInfeasible;
+  if (fits && !out_path.empty()) {
+    if (Status st = write_text_file(out_path, schedule_to_json(r.schedule)); !st.ok()) return fail(st);
+  }
+  if (as_json) {
+    json j = timeline_json(r.problem, t);
+    j["outcome"] = outcome_name(r.outcome);
+    j["lower_bound_us"] = r.lower_bound_us;
+    j["gap"] = r.gap;
+    j["placement"] = placement_name(r.problem.placement);
+    j["chunks_per_device"] = r.problem.chunks_per_device;
+    j["best_baseline"] = baseline ? json{{"family", baseline->family->name}, {"makespan_us", baseline->timeline.makespan_us}}
+                                  : json(nullptr);
+    j["idle_reduction_vs_best_baseline"] = idle_reduction;
+    j["needed_budget_bytes"] = r.needed_budget_bytes;
+    j["budget_lower_bound_bytes"] = r.budget_lower_bound_bytes;
+    j["stats"] = {{"wall_s", r.stats.wall_s},
+                  {"evaluations", r.stats.evaluations},
+                  {"improvements", r.stats.improvements},
+                  {"stopped_by_time", r.stats.stopped_by_time},
+                  {"start_family", r.stats.start_family},
+                  {"start_makespan_us", r.stats.start_makespan_us},
+                  {"placements_searched", r.stats.placements_searched},
+                  {"seed", options.seed},
+                  {"threads", options.threads}};
+    if (fits && !out_path.empty()) j["schedule_file"] = out_path;
+    print_json(j);
+  } else {
+    std::printf("problem: %s\n", problem_summary(p.value).c_str());
+    if (baseline)
+      std::printf("best family that fits: %s, %s, bubble %.1f%%\n", baseline->family->name,
+                  format_us(baseline->timeline.makespan_us).c_str(), 100 * baseline->timeline.bubble_ratio);
+    else
+      std::printf("no family fits the budget\n");
+    if (fits) {
+      std::printf("optimized (%s v%d, from %s): %s, bubble %.1f%%, idle time %.1f%% lower than the best family\n",
+                  placement_name(r.problem.placement), r.problem.chunks_per_device, r.stats.start_family.c_str(),
+                  format_us(t.makespan_us).c_str(), 100 * t.bubble_ratio, 100 * idle_reduction);
+      std::printf("lower bound %s, gap %.1f%%: %s\n", format_us(r.lower_bound_us).c_str(), 100 * r.gap, outcome_name(r.outcome));
+    } else {
+      std::printf("nothing found fits the budget; the best schedule found needs per device:");
+      for (size_t d = 0; d < r.needed_budget_bytes.size(); d++)
+        std::printf(" %s", format_bytes(r.needed_budget_bytes[d]).c_str());
+      std::printf("\n(no schedule can fit in less than:");
+      for (int64_t b : r.budget_lower_bound_bytes) std::printf(" %s", format_bytes(b).c_str());
+      std::printf(")\n");
+    }
+    std::printf("search: %lld candidates in %.2f s, %lld improvements, seed %llu, %d thread(s)%s\n\n",
+                static_cast<long long>(r.stats.evaluations), r.stats.wall_s, static_cast<long long>(r.stats.improvements),
+                static_cast<unsigned long long>(options.seed), options.threads,
+                r.stats.stopped_by_time ? "; stopped by the time limit, so another run may differ" : "");
+    std::printf("%s", timeline_text(r.problem, t).c_str());
+    if (fits && !out_path.empty()) std::printf("\nwrote %s\n", out_path.c_str());
+  }
+  return fits ? kExitOk : kExitInfeasible;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -351,6 +438,19 @@ int main(int argc, char** argv) {
   report_cmd->add_option("--chart", chart_families, "also chart these families (default: 1f1b)");
   report_cmd->add_option("--out,-o", out_path, "output file (default: stdout)");
 
+  OptimizeOptions opt;
+  bool quiet = false;
+  CLI::App* optimize_cmd = app.add_subcommand("optimize", "the fastest schedule that fits the budget, with a lower bound");
+  add_problem(optimize_cmd);
+  optimize_cmd->add_option("--time-limit", opt.time_limit_s, "seconds (the best so far is returned)")->check(CLI::Range(0.01, 1e6));
+  optimize_cmd->add_option("--max-evaluations", opt.max_evaluations, "search budget in candidates (0: by problem size)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  optimize_cmd->add_option("--seed", opt.seed, "random seed");
+  optimize_cmd->add_option("--threads", opt.threads, "parallel searches")->check(CLI::Range(1, 256));
+  optimize_cmd->add_flag("--quiet,-q", quiet, "no progress on stderr");
+  optimize_cmd->add_option("--out,-o", out_path, "write the schedule JSON here");
+  add_json(optimize_cmd);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -369,6 +469,7 @@ int main(int argc, char** argv) {
     if (*compare_cmd) return cmd_compare(problem_path, as_json);
     if (*export_cmd) return cmd_export(problem_path, schedule_path, family, chunks, format, out_path);
     if (*report_cmd) return cmd_report(problem_path, chart_families, out_path);
+    if (*optimize_cmd) return cmd_optimize(problem_path, opt, quiet, as_json, out_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "optpipe: internal error: %s\n", e.what());
     return 70;

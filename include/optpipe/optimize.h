@@ -1,0 +1,91 @@
+// optimize.h — the fastest schedule that fits every device's budget, and how close it is to
+// optimal.
+//
+// The optimizer decides the order of F/B/W (and fused BW) on every device and, for every
+// activation, whether to keep it, offload it (and when to reload it) or recompute it. It starts
+// from every published family that applies (re-cut to its placement), keeps the best, and
+// improves it by local search; every candidate is scored by the simulator: first the memory
+// overflow (bytes over budget, summed over devices), then the makespan. Every schedule returned
+// has been validated and simulated.
+//
+//   OptimizeOptions o;
+//   o.time_limit_s = 10;
+//   OptimizeResult r = optimize(problem, o);
+//   if (r.outcome == Outcome::kInfeasible) ... r.needed_budget_bytes ...
+//   else use(r.problem, r.schedule, r.timeline, r.lower_bound_us, r.gap);
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "optpipe/problem.h"
+#include "optpipe/schedule.h"
+#include "optpipe/simulate.h"
+#include "optpipe/status.h"
+
+namespace optpipe {
+
+// Append new values at the end.
+enum class Outcome {
+  kOptimal,     // the makespan equals the proven lower bound
+  kFeasible,    // fits the budget; the gap to the bound says how far from optimal it may be
+  kInfeasible,  // nothing found fits the budget
+};
+const char* outcome_name(Outcome o);
+
+struct Progress {
+  double elapsed_s;
+  int64_t evaluations;
+  double best_makespan_us;  // of the best fitting schedule so far (0: none yet)
+  double lower_bound_us;
+};
+
+struct OptimizeOptions {
+  double time_limit_s = 10;  // wall-clock cap; the best so far is returned when it binds
+  // The search's own budget, in simulated candidates (0: chosen from the problem's size). It is
+  // what makes runs repeatable: the same seed and threads give the same answer unless the time
+  // limit binds first (then Result::stats.stopped_by_time says so).
+  int64_t max_evaluations = 0;
+  uint64_t seed = 0;
+  int threads = 1;
+  std::function<void(const Progress&)> progress;  // called about twice a second, and at the end
+};
+
+struct OptimizeStats {
+  double wall_s = 0;
+  int64_t evaluations = 0;           // candidates simulated
+  int64_t improvements = 0;          // times the best got better during the search
+  bool stopped_by_time = false;
+  std::string start_family;          // the family the winning search started from
+  double start_makespan_us = 0;      // its makespan before the search
+  std::vector<std::string> placements_searched;
+};
+
+struct OptimizeResult {
+  Status status;  // InvalidInput for a bad problem; otherwise ok, whatever the outcome
+  Outcome outcome = Outcome::kInfeasible;
+  Problem problem;    // the input re-cut to the schedule's placement
+  Schedule schedule;  // the best found (over budget when the outcome is kInfeasible)
+  Timeline timeline;  // its simulation, with op times and memory curves
+  double lower_bound_us = 0;  // no schedule of the placements searched can be faster
+  double gap = 0;             // (makespan − bound) / makespan
+  // Per device: the budget the returned schedule needs (its peak) and a proven lower bound on
+  // what any schedule needs. Filled in every outcome.
+  std::vector<int64_t> needed_budget_bytes;
+  std::vector<int64_t> budget_lower_bound_bytes;
+  OptimizeStats stats;
+};
+
+OptimizeResult optimize(const Problem& p, const OptimizeOptions& options);
+
+// No schedule of p (any order, any offload or recompute) finishes sooner: the latest device's
+// earliest possible start plus all its work.
+double makespan_lower_bound(const Problem& p);
+
+// No schedule of p fits device d in less: static memory plus the largest single op's activation
+// and workspace on it.
+std::vector<int64_t> budget_lower_bound(const Problem& p);
+
+}  // namespace optpipe

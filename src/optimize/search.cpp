@@ -1,0 +1,235 @@
+#include "optimize/search.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "optpipe/simulate.h"
+
+namespace optpipe {
+
+bool score_schedule(const Problem& p, const Schedule& s, Score* out) {
+  SimResult r = simulate(p, s, {.op_times = false});
+  if (!r.ok()) return false;
+  out->overflow_bytes = 0;
+  for (int d = 0; d < p.num_devices; d++)
+    out->overflow_bytes += std::max<int64_t>(0, r.timeline.devices[d].peak_bytes - p.devices[d].mem_budget_bytes);
+  out->makespan_us = r.timeline.makespan_us;
+  return true;
+}
+
+namespace {
+
+int find(const std::vector<Op>& ops, const Op& op) {
+  for (size_t k = 0; k < ops.size(); k++)
+    if (ops[k] == op) return static_cast<int>(k);
+  return -1;
+}
+
+// Does `y` need `x` to come first on the same compute stream?
+bool needs(const Op& y, const Op& x) {
+  if (x.microbatch != y.microbatch) return false;
+  const bool y_back = y.kind == OpKind::kB || y.kind == OpKind::kBW;
+  const bool x_back = x.kind == OpKind::kB || x.kind == OpKind::kBW;
+  if (x.stage == y.stage) {
+    if (x.kind == OpKind::kF) return y.kind != OpKind::kF;
+    if (x.kind == OpKind::kR) return y_back || y.kind == OpKind::kW;
+    if (x.kind == OpKind::kB) return y.kind == OpKind::kW;
+    return false;
+  }
+  if (x.kind == OpKind::kF && y.kind == OpKind::kF) return x.stage == y.stage - 1;
+  if (x_back && y_back) return x.stage == y.stage + 1;
+  return false;
+}
+
+class Mover {
+ public:
+  Mover(const Problem& p, std::mt19937_64& rng) : p_(p), rng_(rng) {}
+
+  // Applies one random move to s; false if the move found nothing to do.
+  bool random_move(Schedule& s) {
+    const int d = pick(p_.num_devices);
+    DeviceSchedule& ds = s.devices[d];
+    const int kind = pick(100);
+    if (kind < 55) return move_compute(ds);
+    if (kind < 65) return split_or_fuse(ds);
+    if (kind < 80) return toggle_recompute(ds);
+    if (kind < 92) return toggle_offload(ds);
+    return shift_anchor(ds);
+  }
+
+ private:
+  int pick(int n) { return static_cast<int>(rng_() % static_cast<uint64_t>(n)); }
+
+  // Moves one compute op a few places, never across an op it depends on or that depends on it.
+  bool move_compute(DeviceSchedule& ds) {
+    std::vector<Op>& ops = ds.compute;
+    if (ops.size() < 2) return false;
+    const int i = pick(static_cast<int>(ops.size()));
+    const int reach = 1 + pick(pick(4) == 0 ? 16 : 4);
+    const int j = std::clamp(i + (pick(2) ? reach : -reach), 0, static_cast<int>(ops.size()) - 1);
+    if (i == j) return false;
+    const Op op = ops[i];
+    if (j < i) {
+      for (int k = j; k < i; k++)
+        if (needs(op, ops[k])) return false;
+    } else {
+      for (int k = i + 1; k <= j; k++)
+        if (needs(ops[k], op)) return false;
+    }
+    ops.erase(ops.begin() + i);
+    ops.insert(ops.begin() + j, op);
+    return true;
+  }
+
+  // BW → B now and W later on; or B … W → BW where the B was.
+  bool split_or_fuse(DeviceSchedule& ds) {
+    std::vector<Op>& ops = ds.compute;
+    const int i = pick(static_cast<int>(ops.size()));
+    const Op op = ops[i];
+    if (op.kind == OpKind::kBW) {
+      ops[i].kind = OpKind::kB;
+      const int j = i + 1 + pick(std::min<int>(8, static_cast<int>(ops.size()) - i));
+      ops.insert(ops.begin() + std::min<int>(j, static_cast<int>(ops.size())), Op{OpKind::kW, op.stage, op.microbatch});
+      return true;
+    }
+    if (op.kind == OpKind::kB) {
+      const int w = find(ops, Op{OpKind::kW, op.stage, op.microbatch});
+      ops[i].kind = OpKind::kBW;
+      ops.erase(ops.begin() + w);
+      return true;
+    }
+    return false;
+  }
+
+  bool offloaded(const DeviceSchedule& ds, const Op& f) const {
+    return find(ds.offloads, Op{OpKind::kOffload, f.stage, f.microbatch}) >= 0;
+  }
+
+  // Recompute F(s,i) right before its backward, or stop recomputing it.
+  bool toggle_recompute(DeviceSchedule& ds) {
+    std::vector<Op>& ops = ds.compute;
+    const int i = pick(static_cast<int>(ops.size()));
+    const Op op = ops[i];
+    if (op.kind == OpKind::kR) {
+      ops.erase(ops.begin() + i);
+      return true;
+    }
+    if (op.kind != OpKind::kB && op.kind != OpKind::kBW) return false;
+    const Op r{OpKind::kR, op.stage, op.microbatch};
+    if (find(ops, r) >= 0 || offloaded(ds, op)) return false;
+    ops.insert(ops.begin() + i, r);
+    return true;
+  }
+
+  // Offload F(s,i)'s activation, reloaded a few ops before its backward; or keep it again.
+  bool toggle_offload(DeviceSchedule& ds) {
+    std::vector<Op>& ops = ds.compute;
+    const int i = pick(static_cast<int>(ops.size()));
+    const Op op = ops[i];
+    if (op.kind != OpKind::kB && op.kind != OpKind::kBW) return false;
+    const Op off{OpKind::kOffload, op.stage, op.microbatch};
+    const int o = find(ds.offloads, off);
+    if (o >= 0) {
+      ds.offloads.erase(ds.offloads.begin() + o);
+      for (size_t k = 0; k < ds.reloads.size(); k++)
+        if (ds.reloads[k].reload.stage == op.stage && ds.reloads[k].reload.microbatch == op.microbatch) {
+          ds.reloads.erase(ds.reloads.begin() + k);
+          break;
+        }
+      return true;
+    }
+    if (find(ops, Op{OpKind::kR, op.stage, op.microbatch}) >= 0) return false;
+    const int f = find(ops, Op{OpKind::kF, op.stage, op.microbatch});
+    if (i - f < 2) return false;  // nothing in between to overlap the transfers with
+    const int anchor = std::max(f + 1, i - 1 - pick(std::min(8, i - f - 1)));
+    // Keep both channels in the order of the compute stream: offloads by forward, reloads by backward.
+    auto compute_pos = [&](const Op& x, OpKind k) { return find(ops, Op{k, x.stage, x.microbatch}); };
+    size_t at = 0;
+    while (at < ds.offloads.size() && compute_pos(ds.offloads[at], OpKind::kF) < f) at++;
+    ds.offloads.insert(ds.offloads.begin() + at, off);
+    at = 0;
+    while (at < ds.reloads.size() && backward_pos(ops, ds.reloads[at].reload) < i) at++;
+    ds.reloads.insert(ds.reloads.begin() + at, {Op{OpKind::kReload, op.stage, op.microbatch}, ops[anchor]});
+    return true;
+  }
+
+  static int backward_pos(const std::vector<Op>& ops, const Op& x) {
+    const int b = find(ops, Op{OpKind::kB, x.stage, x.microbatch});
+    return b >= 0 ? b : find(ops, Op{OpKind::kBW, x.stage, x.microbatch});
+  }
+
+  // Issue a reload a little earlier or later.
+  bool shift_anchor(DeviceSchedule& ds) {
+    if (ds.reloads.empty()) return false;
+    ReloadEntry& r = ds.reloads[pick(static_cast<int>(ds.reloads.size()))];
+    const int a = find(ds.compute, r.anchor);
+    const int b = backward_pos(ds.compute, r.reload);
+    const int to = a + (pick(2) ? 1 + pick(3) : -1 - pick(3));
+    if (to < 0 || to >= b) return false;
+    r.anchor = ds.compute[to];
+    return true;
+  }
+
+  const Problem& p_;
+  std::mt19937_64& rng_;
+};
+
+}  // namespace
+
+namespace {
+
+void publish_fitting(SearchShared& shared, const Score& s) {
+  if (s.overflow_bytes > 0) return;
+  double seen = shared.best_fitting_makespan_us.load();
+  while ((seen == 0 || s.makespan_us < seen) && !shared.best_fitting_makespan_us.compare_exchange_weak(seen, s.makespan_us)) {
+  }
+}
+
+}  // namespace
+
+SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
+                          SearchShared& shared) {
+  std::mt19937_64 rng(seed);
+  Mover mover(p, rng);
+  SearchResult out;
+  out.best = start;
+  OPTPIPE_CHECK(score_schedule(p, start, &out.best_score), "the start of a search must simulate");
+  publish_fitting(shared, out.best_score);
+  Schedule cur = start;
+  Score cur_score = out.best_score;
+  // Late acceptance: a candidate may replace the current one if it is no worse than the
+  // current one or than the current one of `kHistory` steps ago; this walks plateaus and
+  // climbs out of shallow dips without a temperature to tune.
+  constexpr int kHistory = 64;
+  std::vector<Score> history(kHistory, cur_score);
+  int64_t since_best = 0;
+  for (int64_t step = 0; step < max_evaluations; step++) {
+    if ((step & 63) == 0 && shared.stop.load(std::memory_order_relaxed)) break;
+    Schedule cand = cur;
+    if (!mover.random_move(cand)) continue;
+    Score sc;
+    out.evaluations++;
+    shared.evaluations.fetch_add(1, std::memory_order_relaxed);
+    if (!score_schedule(p, cand, &sc)) continue;
+    Score& old = history[step % kHistory];
+    if (sc <= cur_score || sc <= old) {
+      cur = std::move(cand);
+      cur_score = sc;
+    }
+    if (cur_score < old) old = cur_score;
+    if (cur_score < out.best_score) {
+      out.best = cur;
+      out.best_score = cur_score;
+      out.improvements++;
+      since_best = 0;
+      publish_fitting(shared, cur_score);
+    } else if (++since_best > 20000) {
+      cur = out.best;  // wandered long enough: back to the best
+      cur_score = out.best_score;
+      since_best = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace optpipe

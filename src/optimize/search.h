@@ -1,0 +1,47 @@
+// Local search over one placement's schedules (private to the optimizer): moves that reorder
+// compute ops, split or fuse backwards, and switch activations between kept, offloaded and
+// recomputed; every candidate scored by the simulator.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <random>
+
+#include "optpipe/problem.h"
+#include "optpipe/schedule.h"
+
+namespace optpipe {
+
+// Lexicographic: bytes over budget (summed over devices) first, then makespan.
+struct Score {
+  int64_t overflow_bytes = 0;
+  double makespan_us = 0;
+  bool operator<(const Score& o) const {
+    return overflow_bytes != o.overflow_bytes ? overflow_bytes < o.overflow_bytes : makespan_us < o.makespan_us;
+  }
+  bool operator<=(const Score& o) const { return !(o < *this); }
+};
+
+// False when the schedule deadlocks (or is otherwise not simulable).
+bool score_schedule(const Problem& p, const Schedule& s, Score* out);
+
+struct SearchResult {
+  Schedule best;
+  Score best_score;
+  int64_t evaluations = 0;
+  int64_t improvements = 0;
+};
+
+// What a running search shares with whoever watches it.
+struct SearchShared {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> evaluations{0};
+  std::atomic<double> best_fitting_makespan_us{0};  // 0: nothing that fits yet
+};
+
+// Improves `start` for at most max_evaluations simulated candidates, or until shared.stop is
+// set. Deterministic for a given seed when not stopped early.
+SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
+                          SearchShared& shared);
+
+}  // namespace optpipe
