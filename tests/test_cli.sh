@@ -71,7 +71,26 @@ check "export svg" 0 "" -- "$bin" export --family zb-v --format svg -o "$tmp/zbv
 check "export needs a schedule or a family" 1 "either --schedule" -- "$bin" export --format csv
 check "report with an unknown family" 1 "unknown family" -- "$bin" report --chart nosuch
 
+# The optimizer: fits and beats the families on a tight budget; exit 3 and what is needed when nothing fits.
+python3 -c 'import json; p=json.load(open("'"$tmp/p.json"'")); [d.update(mem_budget_bytes=43<<30) for d in p["devices"]]; json.dump(p, open("'"$tmp/tight.json"'","w"))'
+check "optimize tight budget" 0 "idle time" -- "$bin" optimize --problem "$tmp/tight.json" --max-evaluations 5000 -q -o "$tmp/opt.json"
+check "optimized schedule simulates within budget" 0 "fits the budget" -- "$bin" simulate --problem "$tmp/tight.json" --schedule "$tmp/opt.json"
+"$bin" optimize --problem "$tmp/tight.json" --max-evaluations 5000 --json -q > "$tmp/opt_result.json"
+python3 - "$tmp/opt_result.json" <<'PY' || failures=$((failures + 1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["outcome"] in ("feasible", "optimal"), r["outcome"]
+assert r["fits_budget"]
+assert r["makespan_us"] < r["best_baseline"]["makespan_us"], (r["makespan_us"], r["best_baseline"])
+assert r["lower_bound_us"] <= r["makespan_us"]
+print("ok   optimize --json: beats the best family that fits")
+PY
+python3 -c 'import json; p=json.load(open("'"$tmp/p.json"'")); [d.update(mem_budget_bytes=41<<30) for d in p["devices"]]; json.dump(p, open("'"$tmp/nofit.json"'","w"))'
+check "optimize infeasible exits 3" 3 "nothing found fits the budget" -- "$bin" optimize --problem "$tmp/nofit.json" --max-evaluations 2000 -q
+check "optimize progress on stderr" 0 "candidates" -- "$bin" optimize --max-evaluations 2000
+
 # Usage errors: exit 2.
+check "optimize bad threads" 2 "" -- "$bin" optimize --threads 0
 check "unknown export format" 2 "" -- "$bin" export --family zb-v --format pdf
 check "no subcommand" 2 "" -- "$bin"
 check "unknown flag" 2 "" -- "$bin" compare --frobnicate

@@ -54,4 +54,9 @@ Result<Schedule> make_dualpipe_v(const Problem& p);
 Result<Schedule> make_pipeoffload(const Problem& p);
 Result<Schedule> make_1f1b_recompute(const Problem& p);
 
+// The PipeOffload pass, for any schedule: offloads every kept activation whose lifespan in the
+// schedule's own simulation covers the round trip with a reload time to spare (queued behind
+// earlier offloads on its channel), reloading it two reload times before its backward.
+Schedule add_offloads(const Problem& p, const Schedule& base);
+
 }  // namespace optpipe

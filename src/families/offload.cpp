@@ -6,6 +6,7 @@
 // compute stream reaches the op that starts two reload times before the backward, so it lands
 // with one reload time of slack. Times come from simulating the plain interleaved schedule.
 #include <algorithm>
+#include <cmath>
 
 #include "families/common.h"
 #include "optpipe/simulate.h"
@@ -15,21 +16,36 @@ namespace optpipe {
 Result<Schedule> make_pipeoffload(const Problem& p) {
   Result<Schedule> base = make_interleaved_1f1b(p);
   if (!base.ok()) return base;
-  SimResult sim = simulate(p, base.value);
-  OPTPIPE_CHECK(sim.ok(), "interleaved 1F1B must simulate: " + sim.status.message);
+  return Result<Schedule>::Of(add_offloads(p, base.value));
+}
+
+Schedule add_offloads(const Problem& p, const Schedule& base) {
+  SimResult sim = simulate(p, base);
+  OPTPIPE_CHECK(sim.ok(), "add_offloads needs a schedule that simulates: " + sim.status.message);
   const Timeline& t = sim.timeline;
   auto start = [&](const Op& op) { return t.start_us[op_id(p, op)]; };
   auto end = [&](const Op& op) { return t.end_us[op_id(p, op)]; };
+  auto backward = [&](const Op& f) {
+    const Op b{OpKind::kB, f.stage, f.microbatch};
+    return std::isnan(t.start_us[op_id(p, b)]) ? Op{OpKind::kBW, f.stage, f.microbatch} : b;
+  };
+  auto kept = [&](const DeviceSchedule& ds, const Op& f) {  // neither offloaded nor recomputed yet
+    for (const Op& op : ds.compute)
+      if (op == Op{OpKind::kR, f.stage, f.microbatch}) return false;
+    for (const Op& op : ds.offloads)
+      if (op.stage == f.stage && op.microbatch == f.microbatch) return false;
+    return true;
+  };
 
-  Schedule s = base.value;
+  Schedule s = base;
   for (int d = 0; d < p.num_devices; d++) {
     DeviceSchedule& ds = s.devices[d];
     // Offloads in forward order, each after the previous one on the channel.
     double d2h_free = 0;
     std::vector<Op> offloaded;
     for (const Op& op : ds.compute) {
-      if (op.kind != OpKind::kF) continue;
-      const Op bw{OpKind::kBW, op.stage, op.microbatch};
+      if (op.kind != OpKind::kF || !kept(ds, op)) continue;
+      const Op bw = backward(op);
       const double off_start = std::max(end(op), d2h_free);
       const double off_end = off_start + p.offload_us(op.stage);
       const double reload_by = start(bw) - 2 * p.reload_us(op.stage);  // latest reload start
@@ -39,7 +55,7 @@ Result<Schedule> make_pipeoffload(const Problem& p) {
     }
     // Reloads in backward order, anchored where the compute stream is two reload times ahead.
     for (const Op& op : ds.compute) {
-      if (op.kind != OpKind::kBW) continue;
+      if (op.kind != OpKind::kBW && op.kind != OpKind::kB) continue;
       const Op f{OpKind::kF, op.stage, op.microbatch};
       if (std::find(offloaded.begin(), offloaded.end(), f) == offloaded.end()) continue;
       const double issue_at = start(op) - 2 * p.reload_us(op.stage);
@@ -52,12 +68,15 @@ Result<Schedule> make_pipeoffload(const Problem& p) {
       ds.offloads.push_back(Op{OpKind::kOffload, op.stage, op.microbatch});
       ds.reloads.push_back({Op{OpKind::kReload, op.stage, op.microbatch}, *anchor});
     }
-    // Offloads go out in forward order.
+    // Offloads go out in forward order, reloads come back in backward order.
     std::sort(ds.offloads.begin(), ds.offloads.end(), [&](const Op& a, const Op& b) {
       return end(Op{OpKind::kF, a.stage, a.microbatch}) < end(Op{OpKind::kF, b.stage, b.microbatch});
     });
+    std::sort(ds.reloads.begin(), ds.reloads.end(), [&](const ReloadEntry& a, const ReloadEntry& b) {
+      return start(backward(a.reload)) < start(backward(b.reload));
+    });
   }
-  return Result<Schedule>::Of(std::move(s));
+  return s;
 }
 
 }  // namespace optpipe

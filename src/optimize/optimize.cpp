@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "optimize/list_scheduler.h"
 #include "optimize/search.h"
 #include "optpipe/families.h"
 #include "optpipe/optimize.h"
@@ -23,10 +24,58 @@ const char* outcome_name(Outcome o) {
 namespace {
 
 struct Start {
-  const Family* family;
+  std::string name;  // the family, or the greedy rule, it comes from
   FamilySchedule built;
   Score score;
 };
+
+// A start, and when it overflows the budget, the same order with activations offloaded where
+// their lifespans allow and then offloaded or recomputed at every remaining peak.
+void add_start(const std::string& name, FamilySchedule built, std::vector<Start>* starts) {
+  Score sc;
+  if (!score_schedule(built.problem, built.schedule, &sc)) return;
+  if (sc.overflow_bytes > 0) {
+    const int max_changes = built.problem.num_stages() * built.problem.num_microbatches;
+    const Schedule offloaded = add_offloads(built.problem, built.schedule);
+    const struct {
+      const char* suffix;
+      Schedule schedule;
+    } variants[] = {{" +repair", repair_memory(built.problem, built.schedule, max_changes)},
+                    {" +offload+repair", repair_memory(built.problem, offloaded, max_changes)}};
+    for (const auto& v : variants) {
+      Score vs;
+      if (score_schedule(built.problem, v.schedule, &vs) && vs < sc)
+        starts->push_back({name + v.suffix, {built.problem, v.schedule}, vs});
+    }
+  }
+  starts->push_back({name, std::move(built), sc});
+}
+
+// Greedy list schedules on the common placements, under activation limits from one per device
+// up to what an unconstrained pipeline keeps: starts for every budget in between.
+void add_greedy_starts(const Problem& p, std::vector<Start>* starts) {
+  const struct {
+    Placement placement;
+    int v;
+  } kPlacements[] = {{Placement::kLinear, 1}, {Placement::kVShape, 2}, {Placement::kInterleaved, 2}};
+  for (const auto& pl : kPlacements) {
+    Result<Problem> re = rechunk(p, pl.placement, pl.v);
+    if (!re.ok()) continue;
+    const int most = std::min(p.num_microbatches * pl.v, 2 * p.num_devices * pl.v);
+    for (int k = 1; k <= most; k += std::max(1, k / 3)) {
+      for (bool split : {true, false}) {
+        ListRules rules;
+        rules.max_live.assign(p.num_devices, k);
+        rules.split_backward = split;
+        Result<Schedule> s = list_schedule(re.value, rules);
+        if (!s.ok()) continue;
+        add_start(std::string("greedy ") + placement_name(pl.placement) + " v" + std::to_string(pl.v) + " live≤" +
+                      std::to_string(k) + (split ? "" : " fused"),
+                  {re.value, std::move(s.value)}, starts);
+      }
+    }
+  }
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -48,17 +97,15 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   std::vector<Start> starts;
   for (const Family& f : families()) {
     Result<FamilySchedule> fs = build_family(f, p);
-    if (!fs.ok()) continue;
-    Score sc;
-    OPTPIPE_CHECK(score_schedule(fs.value.problem, fs.value.schedule, &sc), std::string("family ") + f.name + " must simulate");
-    starts.push_back({&f, std::move(fs.value), sc});
+    if (fs.ok()) add_start(f.name, std::move(fs.value), &starts);
   }
   OPTPIPE_CHECK(!starts.empty(), "at least 1f1b applies to every problem");
+  add_greedy_starts(p, &starts);
   std::stable_sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) { return a.score < b.score; });
 
-  // The lower bound over every placement a search runs in (thread k starts from start k).
+  // The best few starts are searched; the lower bound holds over every placement among them.
   const int threads = options.threads;
-  const int num_searches = std::min<int>(threads, static_cast<int>(starts.size()));
+  const int num_searches = std::min<int>(std::max(threads, 8), static_cast<int>(starts.size()));
   double bound = 0;
   for (int k = 0; k < num_searches; k++) {
     const Problem& sp = starts[k].built.problem;
@@ -70,20 +117,42 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     bound = seen.size() == 1 ? b : std::min(bound, b);
   }
 
-  // One search per thread, each from its own start (threads beyond the number of starts use the
-  // best start with another seed).
+  // Each thread first searches its share of those starts briefly (thread k takes starts k, k+T,
+  // ...), then spends the rest of its budget on the best it found.
   const size_t ops = starts[0].built.schedule.num_ops();
   const int64_t budget = options.max_evaluations > 0
                              ? options.max_evaluations
-                             : std::clamp<int64_t>(static_cast<int64_t>(1e8 / std::max<size_t>(ops, 1)), 2000, 100000);
+                             : std::clamp<int64_t>(static_cast<int64_t>(2e8 / std::max<size_t>(ops, 1)), 2000, 300000);
   SearchShared shared;
   std::atomic<int> finished{0};
   std::vector<SearchResult> results(threads);
+  std::vector<int> result_start(threads, 0);
   std::vector<std::thread> workers;
   for (int k = 0; k < threads; k++) {
     workers.emplace_back([&, k] {
-      const Start& st = starts[k < num_searches ? k : 0];
-      results[k] = local_search(st.built.problem, st.built.schedule, options.seed * 1000003 + k, budget, shared);
+      std::vector<int> mine;
+      for (int i = k; i < num_searches; i += threads) mine.push_back(i);
+      if (mine.empty()) mine.push_back(0);
+      const int64_t first = budget / 2 / static_cast<int64_t>(mine.size());
+      const uint64_t seed = options.seed * 1000003 + static_cast<uint64_t>(k) * 7919;
+      SearchResult best;
+      int best_start = -1;
+      int64_t used = 0;
+      for (int i : mine) {
+        const Start& st = starts[i];
+        SearchResult r = local_search(st.built.problem, st.built.schedule, seed + i, first, shared);
+        used += r.evaluations;
+        if (best_start < 0 || r.best_score < best.best_score) {
+          best = std::move(r);
+          best_start = i;
+        }
+      }
+      const Problem& bp = starts[best_start].built.problem;
+      SearchResult more = local_search(bp, best.best, seed + 1, std::max<int64_t>(0, budget - used), shared);
+      more.evaluations += used;
+      more.improvements += best.improvements;
+      results[k] = std::move(more);
+      result_start[k] = best_start;
       finished++;
     });
   }
@@ -106,12 +175,12 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   int win = 0;
   for (int k = 1; k < threads; k++)
     if (results[k].best_score < results[win].best_score) win = k;
-  const Start& st = starts[win < num_searches ? win : 0];
+  const Start& st = starts[result_start[win]];
   for (const SearchResult& r : results) {
     out.stats.evaluations += r.evaluations;
     out.stats.improvements += r.improvements;
   }
-  out.stats.start_family = st.family->name;
+  out.stats.start_family = st.name;
   out.stats.start_makespan_us = st.score.makespan_us;
 
   // Checked and simulated once more, the way everything optpipe reports is.

@@ -11,8 +11,11 @@ bool score_schedule(const Problem& p, const Schedule& s, Score* out) {
   SimResult r = simulate(p, s, {.op_times = false});
   if (!r.ok()) return false;
   out->overflow_bytes = 0;
-  for (int d = 0; d < p.num_devices; d++)
+  out->sum_end_us = 0;
+  for (int d = 0; d < p.num_devices; d++) {
     out->overflow_bytes += std::max<int64_t>(0, r.timeline.devices[d].peak_bytes - p.devices[d].mem_budget_bytes);
+    out->sum_end_us += r.timeline.devices[d].last_end_us;
+  }
   out->makespan_us = r.timeline.makespan_us;
   return true;
 }

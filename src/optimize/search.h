@@ -12,12 +12,17 @@
 
 namespace optpipe {
 
-// Lexicographic: bytes over budget (summed over devices) first, then makespan.
+// Lexicographic: bytes over budget (summed over devices) first, then makespan, then the sum of
+// the devices' finishing times — which moves when the makespan does not, and so leads a search
+// across the makespan's plateaus.
 struct Score {
   int64_t overflow_bytes = 0;
   double makespan_us = 0;
+  double sum_end_us = 0;
   bool operator<(const Score& o) const {
-    return overflow_bytes != o.overflow_bytes ? overflow_bytes < o.overflow_bytes : makespan_us < o.makespan_us;
+    if (overflow_bytes != o.overflow_bytes) return overflow_bytes < o.overflow_bytes;
+    if (makespan_us != o.makespan_us) return makespan_us < o.makespan_us;
+    return sum_end_us < o.sum_end_us;
   }
   bool operator<=(const Score& o) const { return !(o < *this); }
 };
@@ -31,6 +36,10 @@ struct SearchResult {
   int64_t evaluations = 0;
   int64_t improvements = 0;
 };
+
+// Offloads or recomputes activations alive at overflowing peaks until the schedule fits, or
+// nothing alive there is left to move, or max_changes is reached. Returns the changed schedule.
+Schedule repair_memory(const Problem& p, const Schedule& start, int max_changes);
 
 // What a running search shares with whoever watches it.
 struct SearchShared {

@@ -1,0 +1,32 @@
+// A greedy list scheduler: builds a schedule by playing time forward. Whenever a device is free
+// it runs the first ready op by its rules: a backward (its gradient has arrived), a forward
+// (its input has arrived and the activation fits under the device's limit), or a deferred W.
+// Forwards and backwards of each stage run in microbatch order; W runs oldest first.
+// The optimizer's construction heuristic: run under many activation limits, it yields
+// schedules for every memory budget between GPipe's and one activation per device.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "optpipe/problem.h"
+#include "optpipe/schedule.h"
+#include "optpipe/status.h"
+
+namespace optpipe {
+
+struct ListRules {
+  // Per device: how many stage-microbatch activations may be alive at once (from the start of F
+  // to the end of W or BW). Empty: no limit. If every device is blocked by its limit, the
+  // earliest forward runs anyway. Counting activations, not bytes, keeps a family's pattern the
+  // same whatever its byte sizes.
+  std::vector<int> max_live;
+  bool split_backward = true;     // B now, W later (false: fused BW)
+  bool backward_first = true;     // a ready backward goes before a ready forward
+  bool later_stage_first = true;  // among ready ops of one kind, the later stage first
+  bool w_fills_only = true;       // W only when nothing else is ready (false: W right after its B)
+};
+
+Result<Schedule> list_schedule(const Problem& p, const ListRules& rules);
+
+}  // namespace optpipe

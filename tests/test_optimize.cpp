@@ -1,0 +1,220 @@
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include "optpipe/families.h"
+#include "optpipe/json_io.h"
+#include "optpipe/optimize.h"
+#include "optpipe/validate.h"
+
+using namespace optpipe;
+
+namespace {
+
+OptimizeOptions quick(int64_t evaluations = 20000, uint64_t seed = 0, int threads = 1) {
+  OptimizeOptions o;
+  o.time_limit_s = 600;  // the evaluation budget, not the clock, ends these runs
+  o.max_evaluations = evaluations;
+  o.seed = seed;
+  o.threads = threads;
+  return o;
+}
+
+Problem with_budget(Problem p, int64_t budget) {
+  for (DeviceSpec& d : p.devices) d.mem_budget_bytes = budget;
+  return p;
+}
+
+// The fastest family schedule that fits, or 0.
+double best_fitting_family(const Problem& p) {
+  double best = 0;
+  for (const Family& f : families()) {
+    Result<FamilySchedule> fs = build_family(f, p);
+    if (!fs.ok()) continue;
+    Validation v = validate(fs.value.problem, fs.value.schedule);
+    if (v.ok() && (best == 0 || v.sim.timeline.makespan_us < best)) best = v.sim.timeline.makespan_us;
+  }
+  return best;
+}
+
+void expect_checked(const OptimizeResult& r) {
+  ASSERT_TRUE(r.status.ok()) << r.status.message;
+  Validation v = validate(r.problem, r.schedule, {.check_memory_budget = r.outcome != Outcome::kInfeasible});
+  ASSERT_TRUE(v.ok()) << v.summary();
+  EXPECT_DOUBLE_EQ(v.sim.timeline.makespan_us, r.timeline.makespan_us);
+  EXPECT_LE(r.lower_bound_us, r.timeline.makespan_us + 1e-6);
+}
+
+}  // namespace
+
+TEST(Optimize, DefaultProblemIsSolvedToItsBound) {
+  OptimizeResult r = optimize(default_problem(), quick());
+  expect_checked(r);
+  // ZB-V meets the V-shape bound: 15 ms of start-up + 240 ms of work.
+  EXPECT_EQ(r.outcome, Outcome::kOptimal);
+  EXPECT_DOUBLE_EQ(r.timeline.makespan_us, 255000);
+  EXPECT_DOUBLE_EQ(r.gap, 0);
+}
+
+TEST(Optimize, MemoryLimitedBeatsEveryFittingFamily) {
+  for (int64_t gib : {45, 43}) {
+    Problem p = with_budget(default_problem(), gib << 30);
+    OptimizeResult r = optimize(p, quick(40000));
+    expect_checked(r);
+    ASSERT_NE(r.outcome, Outcome::kInfeasible) << gib;
+    const double baseline = best_fitting_family(p);
+    ASSERT_GT(baseline, 0) << gib;
+    EXPECT_LT(r.timeline.makespan_us, baseline) << gib << " GiB";
+  }
+}
+
+TEST(Optimize, InfeasibleBudgetSaysWhatIsNeeded) {
+  const Problem base = default_problem();
+  Problem p = with_budget(base, 41ll << 30);  // below static (40 GiB) + one forward's 2 GiB
+  OptimizeResult r = optimize(p, quick(5000));
+  expect_checked(r);
+  EXPECT_EQ(r.outcome, Outcome::kInfeasible);
+  ASSERT_EQ(r.budget_lower_bound_bytes.size(), 4u);
+  for (int d = 0; d < 4; d++) {
+    // A V-shape chunk holds half a stage; the bound is over the placement searched.
+    EXPECT_GE(r.budget_lower_bound_bytes[d], 40ll << 30);
+    EXPECT_GT(r.needed_budget_bytes[d], p.devices[d].mem_budget_bytes);
+    EXPECT_GE(r.needed_budget_bytes[d], r.budget_lower_bound_bytes[d]);
+  }
+}
+
+TEST(Optimize, SameSeedSameAnswer) {
+  Problem p = with_budget(default_problem(), 45ll << 30);
+  for (int threads : {1, 2}) {
+    OptimizeResult a = optimize(p, quick(8000, 7, threads)), b = optimize(p, quick(8000, 7, threads));
+    EXPECT_EQ(schedule_to_json(a.schedule), schedule_to_json(b.schedule)) << threads << " thread(s)";
+    EXPECT_EQ(a.stats.evaluations, b.stats.evaluations);
+  }
+}
+
+TEST(Optimize, BadOptionsAndProblemsComeBackAsStatus) {
+  Problem p = default_problem();
+  p.stages[0].t_f_us = -1;
+  EXPECT_EQ(optimize(p, quick()).status.code, StatusCode::kInvalidInput);
+  OptimizeOptions o = quick();
+  o.threads = 0;
+  EXPECT_EQ(optimize(default_problem(), o).status.code, StatusCode::kInvalidInput);
+}
+
+TEST(Optimize, TimeLimitReturnsTheBestSoFar) {
+  OptimizeOptions o;
+  o.time_limit_s = 0.05;
+  o.max_evaluations = int64_t{1} << 40;
+  OptimizeResult r = optimize(with_budget(default_problem(), 45ll << 30), o);
+  expect_checked(r);
+  EXPECT_TRUE(r.stats.stopped_by_time);
+  EXPECT_NE(r.outcome, Outcome::kInfeasible);
+}
+
+// ---- bounds ----
+
+TEST(Bounds, NoFamilyBeatsTheLowerBound) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 60; trial++) {
+    UniformSpec u;
+    u.num_devices = 1 + static_cast<int>(rng() % 6);
+    u.num_microbatches = 1 + static_cast<int>(rng() % 12);
+    u.t_comm_us = rng() % 2 ? 0 : rng() % 300;
+    Problem p = make_uniform_problem(u);
+    for (StageSpec& st : p.stages) {
+      st.t_f_us = 100 + rng() % 900;
+      st.t_b_us = 100 + rng() % 1800;
+      st.t_w_us = 50 + rng() % 900;
+    }
+    for (const Family& f : families()) {
+      Result<FamilySchedule> fs = build_family(f, p);
+      if (!fs.ok()) continue;
+      SimResult r = simulate(fs.value.problem, fs.value.schedule);
+      ASSERT_TRUE(r.ok());
+      EXPECT_GE(r.timeline.makespan_us + 1e-6, makespan_lower_bound(fs.value.problem)) << f.name << " trial " << trial;
+      const std::vector<int64_t> need = budget_lower_bound(fs.value.problem);
+      for (int d = 0; d < p.num_devices; d++) EXPECT_GE(r.timeline.devices[d].peak_bytes, need[d]) << f.name;
+    }
+  }
+}
+
+// ---- against brute force ----
+
+namespace {
+
+// Every order of each device's F/B/W ops that respects its own dependencies, simulated; the
+// smallest makespan. Tiny problems only.
+double brute_force_makespan(const Problem& p) {
+  const int D = p.num_devices, M = p.num_microbatches;
+  std::vector<std::vector<std::vector<Op>>> orders(D);
+  for (int d = 0; d < D; d++) {
+    std::vector<Op> ops;
+    for (int i = 0; i < M; i++)
+      for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW}) ops.push_back({k, d, i});
+    std::vector<Op> cur;
+    std::vector<bool> used(ops.size(), false);
+    std::function<void()> extend = [&] {
+      if (cur.size() == ops.size()) {
+        orders[d].push_back(cur);
+        return;
+      }
+      for (size_t k = 0; k < ops.size(); k++) {
+        if (used[k]) continue;
+        const Op& op = ops[k];
+        // Own stage: F before B before W; microbatches of one kind in order (they are
+        // interchangeable, so this loses no makespan).
+        bool ready = true;
+        for (size_t j = 0; j < ops.size(); j++) {
+          if (used[j]) continue;
+          const Op& o = ops[j];
+          if (o.microbatch == op.microbatch && static_cast<int>(o.kind) < static_cast<int>(op.kind)) ready = false;
+          if (o.kind == op.kind && o.microbatch < op.microbatch) ready = false;
+        }
+        if (!ready) continue;
+        used[k] = true;
+        cur.push_back(op);
+        extend();
+        cur.pop_back();
+        used[k] = false;
+      }
+    };
+    extend();
+  }
+  double best = 0;
+  std::vector<size_t> pick(D, 0);
+  for (;;) {
+    Schedule s;
+    s.devices.resize(D);
+    for (int d = 0; d < D; d++) s.devices[d].compute = orders[d][pick[d]];
+    SimResult r = simulate(p, s, {.op_times = false});
+    if (r.ok() && (best == 0 || r.timeline.makespan_us < best)) best = r.timeline.makespan_us;
+    int d = 0;
+    while (d < D && ++pick[d] == orders[d].size()) pick[d++] = 0;
+    if (d == D) break;
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST(Optimize, MatchesBruteForceOnTinyProblems) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 8; trial++) {
+    UniformSpec u;
+    u.num_devices = 2;
+    u.num_microbatches = 2 + static_cast<int>(rng() % 2);
+    u.t_comm_us = rng() % 2 ? 0 : 50;
+    Problem p = make_uniform_problem(u);  // memory is ample
+    for (StageSpec& st : p.stages) {
+      st.t_f_us = 100 + rng() % 400;
+      st.t_b_us = 100 + rng() % 600;
+      st.t_w_us = 50 + rng() % 300;
+    }
+    const double exact = brute_force_makespan(p);
+    OptimizeResult r = optimize(p, quick(20000, trial));
+    expect_checked(r);
+    // The search may also pick another placement, which can only be as good or better.
+    EXPECT_LE(r.timeline.makespan_us, exact + 1e-6) << "trial " << trial << " M=" << u.num_microbatches;
+  }
+}
