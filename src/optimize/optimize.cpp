@@ -35,7 +35,7 @@ void add_start(const std::string& name, FamilySchedule built, std::vector<Start>
   Score sc;
   if (!score_schedule(built.problem, built.schedule, &sc)) return;
   if (sc.overflow_bytes > 0) {
-    const int max_changes = built.problem.num_stages() * built.problem.num_microbatches;
+    const int max_changes = 4 * built.problem.num_microbatches;  // simulations
     const Schedule offloaded = add_offloads(built.problem, built.schedule);
     const struct {
       const char* suffix;
@@ -62,7 +62,7 @@ void add_greedy_starts(const Problem& p, std::vector<Start>* starts) {
     Result<Problem> re = rechunk(p, pl.placement, pl.v);
     if (!re.ok()) continue;
     const int most = std::min(p.num_microbatches * pl.v, 2 * p.num_devices * pl.v);
-    for (int k = 1; k <= most; k += std::max(1, k / 3)) {
+    for (int k = 1; k <= most; k += std::max(1, k / 2)) {
       for (bool split : {true, false}) {
         ListRules rules;
         rules.max_live.assign(p.num_devices, k);

@@ -1,8 +1,9 @@
 // Memory repair: turns a schedule that overflows its budget into one that fits, by changing the
-// fate of activations alive at each overflowing peak. An activation is offloaded when its
-// transfer out can finish before the peak and its transfer back can start after it, else
-// recomputed; among those alive, the one whose backward comes last goes first (it is the one
-// kept the longest for nothing).
+// fate of activations alive at each overflowing device's peak — enough of them to cover the
+// overflow — then simulating again, since the peak moves. An activation is offloaded when its
+// transfer out can finish before the peak and its transfer back can start after it (that costs
+// no compute), else recomputed; among equals, the one whose backward comes last goes first (it
+// is the one kept longest for nothing).
 #include <algorithm>
 
 #include "optimize/search.h"
@@ -18,74 +19,83 @@ int index_of(const std::vector<Op>& ops, const Op& op) {
   return -1;
 }
 
-}  // namespace
+struct Candidate {
+  Op back;  // the B or BW of the activation
+  bool offload;
+  double back_start_us;
+};
 
-Schedule repair_memory(const Problem& p, const Schedule& start, int max_changes) {
-  Schedule s = start;
-  for (int change = 0; change < max_changes; change++) {
-    SimResult r = simulate(p, s, {.op_times = true});
-    if (!r.ok()) return start;
-    const Timeline& t = r.timeline;
-    int worst = -1;
-    int64_t worst_over = 0;
-    for (int d = 0; d < p.num_devices; d++) {
-      const int64_t over = t.devices[d].peak_bytes - p.devices[d].mem_budget_bytes;
-      if (over > worst_over) {
-        worst_over = over;
-        worst = d;
-      }
-    }
-    if (worst < 0) return s;  // fits
-    DeviceSchedule& ds = s.devices[worst];
-    const double peak = t.devices[worst].peak_time_us;
-    auto at = [&](const Op& op, bool end) { return (end ? t.end_us : t.start_us)[op_id(p, op)]; };
+// Fixes device d's peak in s, given the timeline t of s; false if nothing there can move.
+bool repair_device(const Problem& p, const Timeline& t, int d, Schedule& s) {
+  DeviceSchedule& ds = s.devices[d];
+  const double peak = t.devices[d].peak_time_us;
+  int64_t over = t.devices[d].peak_bytes - p.devices[d].mem_budget_bytes;
+  auto at = [&](const Op& op, bool end) { return (end ? t.end_us : t.start_us)[op_id(p, op)]; };
 
-    // Activations held at the peak that are neither offloaded nor recomputed yet. Offloading
-    // costs no compute, so one that can be offloaded is preferred; among equals, the one whose
-    // backward comes last.
-    const Op* chosen = nullptr;
-    bool chosen_offloads = false;
-    double chosen_back = -1;
-    for (const Op& op : ds.compute) {
-      if (op.kind != OpKind::kB && op.kind != OpKind::kBW) continue;
-      const Op f{OpKind::kF, op.stage, op.microbatch};
-      if (!(at(f, true) <= peak && at(op, false) > peak)) continue;
-      if (index_of(ds.compute, Op{OpKind::kR, op.stage, op.microbatch}) >= 0) continue;
-      if (index_of(ds.offloads, Op{OpKind::kOffload, op.stage, op.microbatch}) >= 0) continue;
-      if (p.stages[op.stage].act_f_bytes - p.stages[op.stage].act_input_bytes <= 0) continue;
-      const bool offloads = at(f, true) + p.offload_us(op.stage) <= peak && peak + p.reload_us(op.stage) <= at(op, false);
-      if ((offloads && !chosen_offloads) || (offloads == chosen_offloads && at(op, false) > chosen_back)) {
-        chosen_back = at(op, false);
-        chosen_offloads = offloads;
-        chosen = &op;
-      }
-    }
-    if (!chosen) return s;  // nothing left to move at this peak
-    const Op back = *chosen;
-    const Op f{OpKind::kF, back.stage, back.microbatch};
-    const double rel_us = p.reload_us(back.stage);
-    const bool can_offload = chosen_offloads;
-    if (can_offload) {
-      // Reload issued at the last compute op starting early enough to land before the backward.
-      const int b = index_of(ds.compute, back);
-      int anchor = -1;
-      for (int k = b - 1; k > index_of(ds.compute, f); k--)
-        if (at(ds.compute[k], false) + rel_us <= at(back, false) && at(ds.compute[k], false) >= peak) anchor = k;
-      if (anchor < 0) anchor = b - 1;
-      auto f_pos = [&](const Op& x) { return index_of(ds.compute, Op{OpKind::kF, x.stage, x.microbatch}); };
-      auto b_pos = [&](const Op& x) {
-        const int i = index_of(ds.compute, Op{OpKind::kB, x.stage, x.microbatch});
-        return i >= 0 ? i : index_of(ds.compute, Op{OpKind::kBW, x.stage, x.microbatch});
-      };
+  std::vector<Candidate> alive;
+  for (const Op& op : ds.compute) {
+    if (op.kind != OpKind::kB && op.kind != OpKind::kBW) continue;
+    const Op f{OpKind::kF, op.stage, op.microbatch};
+    if (!(at(f, true) <= peak && at(op, false) > peak)) continue;
+    if (index_of(ds.compute, Op{OpKind::kR, op.stage, op.microbatch}) >= 0) continue;
+    if (index_of(ds.offloads, Op{OpKind::kOffload, op.stage, op.microbatch}) >= 0) continue;
+    if (p.stages[op.stage].act_f_bytes - p.stages[op.stage].act_input_bytes <= 0) continue;
+    const bool offload = at(f, true) + p.offload_us(op.stage) <= peak && peak + p.reload_us(op.stage) <= at(op, false);
+    alive.push_back({op, offload, at(op, false)});
+  }
+  std::stable_sort(alive.begin(), alive.end(), [](const Candidate& a, const Candidate& b) {
+    return a.offload != b.offload ? a.offload : a.back_start_us > b.back_start_us;
+  });
+  if (alive.empty()) return false;
+
+  auto f_pos = [&](const Op& x) { return index_of(ds.compute, Op{OpKind::kF, x.stage, x.microbatch}); };
+  auto b_pos = [&](const Op& x) {
+    const int i = index_of(ds.compute, Op{OpKind::kB, x.stage, x.microbatch});
+    return i >= 0 ? i : index_of(ds.compute, Op{OpKind::kBW, x.stage, x.microbatch});
+  };
+  for (const Candidate& c : alive) {
+    if (over <= 0) break;
+    const Op& back = c.back;
+    const StageSpec& st = p.stages[back.stage];
+    if (c.offload) {
+      // Reload issued at the first compute op after the peak that still lands it in time.
+      const int b = b_pos(back);
+      const double rel_us = p.reload_us(back.stage);
+      int anchor = b - 1;
+      for (int k = f_pos(back) + 1; k < b; k++)
+        if (at(ds.compute[k], false) >= peak && at(ds.compute[k], false) + rel_us <= c.back_start_us) {
+          anchor = k;
+          break;
+        }
       size_t o = 0;
-      while (o < ds.offloads.size() && f_pos(ds.offloads[o]) < f_pos(f)) o++;
+      while (o < ds.offloads.size() && f_pos(ds.offloads[o]) < f_pos(back)) o++;
       ds.offloads.insert(ds.offloads.begin() + o, Op{OpKind::kOffload, back.stage, back.microbatch});
       size_t q = 0;
       while (q < ds.reloads.size() && b_pos(ds.reloads[q].reload) < b) q++;
       ds.reloads.insert(ds.reloads.begin() + q, {Op{OpKind::kReload, back.stage, back.microbatch}, ds.compute[anchor]});
+      over -= st.act_f_bytes;
     } else {
-      ds.compute.insert(ds.compute.begin() + index_of(ds.compute, back), Op{OpKind::kR, back.stage, back.microbatch});
+      ds.compute.insert(ds.compute.begin() + b_pos(back), Op{OpKind::kR, back.stage, back.microbatch});
+      over -= st.act_f_bytes - st.act_input_bytes;
     }
+  }
+  return true;
+}
+
+}  // namespace
+
+Schedule repair_memory(const Problem& p, const Schedule& start, int max_rounds) {
+  Schedule s = start;
+  for (int round = 0; round < max_rounds; round++) {
+    SimResult r = simulate(p, s, {.op_times = true});
+    if (!r.ok()) return start;
+    bool changed = false, overflows = false;
+    for (int d = 0; d < p.num_devices; d++) {
+      if (r.timeline.devices[d].peak_bytes <= p.devices[d].mem_budget_bytes) continue;
+      overflows = true;
+      changed = repair_device(p, r.timeline, d, s) || changed;
+    }
+    if (!overflows || !changed) return s;
   }
   return s;
 }
