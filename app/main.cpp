@@ -315,19 +315,11 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
   OptimizeResult r = optimize(p.value, options);
   if (!r.status.ok()) return fail(r.status);
 
-  // The best family that fits, for comparison.
-  const FamilyOutcome* baseline = nullptr;
-  std::vector<FamilyOutcome> outcomes = run_families(p.value, {.op_times = false});
-  for (const FamilyOutcome& o : outcomes)
-    if (o.status.ok() && o.fits && (!baseline || o.timeline.makespan_us < baseline->timeline.makespan_us)) baseline = &o;
   const Timeline& t = r.timeline;
-  auto idle_us = [&](const Timeline& x) {
-    double idle = 0;
-    for (const DeviceFigures& d : x.devices) idle += d.idle_us;
-    return idle;
-  };
-  const double idle_reduction = baseline && idle_us(baseline->timeline) > 0
-                                    ? 1 - idle_us(t) / idle_us(baseline->timeline) : 0;
+  double idle = 0;
+  for (const DeviceFigures& d : t.devices) idle += d.idle_us;
+  const bool has_baseline = !r.stats.baseline_family.empty();
+  const double idle_reduction = has_baseline && r.stats.baseline_idle_us > 0 ? 1 - idle / r.stats.baseline_idle_us : 0;
   const bool fits = r.outcome != Outcome::kInfeasible;
   if (fits && !out_path.empty()) {
     if (Status st = write_text_file(out_path, schedule_to_json(r.schedule)); !st.ok()) return fail(st);
@@ -339,8 +331,8 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
     j["gap"] = r.gap;
     j["placement"] = placement_name(r.problem.placement);
     j["chunks_per_device"] = r.problem.chunks_per_device;
-    j["best_baseline"] = baseline ? json{{"family", baseline->family->name}, {"makespan_us", baseline->timeline.makespan_us}}
-                                  : json(nullptr);
+    j["best_baseline"] = has_baseline ? json{{"family", r.stats.baseline_family}, {"makespan_us", r.stats.baseline_makespan_us}}
+                                      : json(nullptr);
     j["idle_reduction_vs_best_baseline"] = idle_reduction;
     j["needed_budget_bytes"] = r.needed_budget_bytes;
     j["budget_lower_bound_bytes"] = r.budget_lower_bound_bytes;
@@ -357,9 +349,9 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
     print_json(j);
   } else {
     std::printf("problem: %s\n", problem_summary(p.value).c_str());
-    if (baseline)
-      std::printf("best family that fits: %s, %s, bubble %.1f%%\n", baseline->family->name,
-                  format_us(baseline->timeline.makespan_us).c_str(), 100 * baseline->timeline.bubble_ratio);
+    if (has_baseline)
+      std::printf("best family that fits: %s, %s\n", r.stats.baseline_family.c_str(),
+                  format_us(r.stats.baseline_makespan_us).c_str());
     else
       std::printf("no family fits the budget\n");
     if (fits) {

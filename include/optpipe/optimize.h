@@ -60,6 +60,10 @@ struct OptimizeStats {
   bool stopped_by_time = false;
   std::string start_family;          // the family the winning search started from
   double start_makespan_us = 0;      // its makespan before the search
+  // The fastest published family that fits as it is (empty: none fits), for comparison.
+  std::string baseline_family;
+  double baseline_makespan_us = 0;
+  double baseline_idle_us = 0;  // summed over devices
   std::vector<std::string> placements_searched;
 };
 

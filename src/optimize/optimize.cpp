@@ -23,6 +23,8 @@ const char* outcome_name(Outcome o) {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct Start {
   std::string name;  // the family, or the greedy rule, it comes from
   FamilySchedule built;
@@ -53,7 +55,7 @@ void add_start(const std::string& name, FamilySchedule built, std::vector<Start>
 
 // Greedy list schedules on the common placements, under activation limits from one per device
 // up to what an unconstrained pipeline keeps: starts for every budget in between.
-void add_greedy_starts(const Problem& p, std::vector<Start>* starts) {
+void add_greedy_starts(const Problem& p, Clock::time_point deadline, bool* out_of_time, std::vector<Start>* starts) {
   const struct {
     Placement placement;
     int v;
@@ -64,6 +66,10 @@ void add_greedy_starts(const Problem& p, std::vector<Start>* starts) {
     const int most = std::min(p.num_microbatches * pl.v, 2 * p.num_devices * pl.v);
     for (int k = 1; k <= most; k += std::max(1, k / 2)) {
       for (bool split : {true, false}) {
+        if (Clock::now() > deadline) {
+          *out_of_time = true;
+          return;
+        }
         ListRules rules;
         rules.max_live.assign(p.num_devices, k);
         rules.split_backward = split;
@@ -76,8 +82,6 @@ void add_greedy_starts(const Problem& p, std::vector<Start>* starts) {
     }
   }
 }
-
-using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -93,14 +97,37 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     return out;
   }
 
-  // Every family that applies, scored; the best first.
+  // Every family that applies, then greedy schedules, each scored; the best first. Building them
+  // may take up to half the time limit.
+  const Clock::time_point deadline =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s / 2));
+  bool out_of_time = false;
   std::vector<Start> starts;
   for (const Family& f : families()) {
+    if (!starts.empty() && Clock::now() > deadline) {
+      out_of_time = true;
+      break;
+    }
     Result<FamilySchedule> fs = build_family(f, p);
-    if (fs.ok()) add_start(f.name, std::move(fs.value), &starts);
+    if (!fs.ok()) continue;
+    SimResult sim = simulate(fs.value.problem, fs.value.schedule, {.op_times = false});
+    OPTPIPE_CHECK(sim.ok(), std::string("family ") + f.name + " must simulate");
+    bool fits = true;
+    double idle = 0;
+    for (int d = 0; d < p.num_devices; d++) {
+      fits = fits && sim.timeline.devices[d].peak_bytes <= p.devices[d].mem_budget_bytes;
+      idle += sim.timeline.devices[d].idle_us;
+    }
+    if (fits && (out.stats.baseline_family.empty() || sim.timeline.makespan_us < out.stats.baseline_makespan_us)) {
+      out.stats.baseline_family = f.name;
+      out.stats.baseline_makespan_us = sim.timeline.makespan_us;
+      out.stats.baseline_idle_us = idle;
+    }
+    add_start(f.name, std::move(fs.value), &starts);
   }
   OPTPIPE_CHECK(!starts.empty(), "at least 1f1b applies to every problem");
-  add_greedy_starts(p, &starts);
+  if (!out_of_time) add_greedy_starts(p, deadline, &out_of_time, &starts);
+  out.stats.stopped_by_time = out_of_time;
   std::stable_sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) { return a.score < b.score; });
 
   // The best few starts are searched; the lower bound holds over every placement among them.
