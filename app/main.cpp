@@ -5,6 +5,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "optpipe/cost_model.h"
 #include "optpipe/export.h"
 #include "optpipe/families.h"
 #include "optpipe/figures.h"
@@ -300,18 +301,20 @@ int cmd_report(const std::string& problem_path, const std::vector<std::string>& 
   return best ? kExitOk : kExitInfeasible;
 }
 
+void print_progress(const Progress& g) {
+  const std::string best = g.best_makespan_us > 0 ? format_us(g.best_makespan_us) : std::string("none fits yet");
+  const std::string gap =
+      g.best_makespan_us > 0 ? fmt::format("{:.1f}%", 100 * (g.best_makespan_us - g.lower_bound_us) / g.best_makespan_us) : "-";
+  std::fprintf(stderr, "[%6.1fs] %9lld candidates  best %-12s bound %-12s gap %s\n", g.elapsed_s,
+               static_cast<long long>(g.evaluations), best.c_str(), format_us(g.lower_bound_us).c_str(), gap.c_str());
+}
+
 int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_options, bool quiet, bool as_json,
                  const std::string& out_path) {
   Result<Problem> p = load_problem(problem_path);
   if (!p.ok()) return fail(p.status);
   OptimizeOptions options = base_options;
-  if (!quiet)
-    options.progress = [](const Progress& g) {
-      std::string best = g.best_makespan_us > 0 ? format_us(g.best_makespan_us) : std::string("none fits yet");
-      std::string gap = g.best_makespan_us > 0 ? fmt::format("{:.1f}%", 100 * (g.best_makespan_us - g.lower_bound_us) / g.best_makespan_us) : "-";
-      std::fprintf(stderr, "[%6.1fs] %9lld candidates  best %-12s bound %-12s gap %s\n", g.elapsed_s,
-                   static_cast<long long>(g.evaluations), best.c_str(), format_us(g.lower_bound_us).c_str(), gap.c_str());
-    };
+  if (!quiet) options.progress = print_progress;
   OptimizeResult r = optimize(p.value, options);
   if (!r.status.ok()) return fail(r.status);
 
@@ -373,6 +376,137 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
                 r.stats.stopped_by_time ? "; stopped by the time limit, so another run may differ" : "");
     std::printf("%s", timeline_text(r.problem, t).c_str());
     if (fits && !out_path.empty()) std::printf("\nwrote %s\n", out_path.c_str());
+  }
+  return fits ? kExitOk : kExitInfeasible;
+}
+
+struct PlanArgs {
+  std::string model = "llama2-13b";
+  std::string cluster = "8xa100-40gb";
+  std::string budget;  // empty: 90% of HBM
+  std::string profile_path;
+  std::string partition = "balanced";
+  std::string report_path;
+  std::string out_path = "optpipe_schedule.json";
+  int microbatches = 0;
+  int microbatch_size = 1;
+  int gpus_per_host_link = 0;  // 0: the cluster preset's
+};
+
+// The main job: model + cluster + budget → every family and the optimizer, one table, the
+// best schedule written.
+int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet, bool as_json) {
+  const ModelSpec* model = find_model(a.model);
+  if (!model) {
+    std::string known;
+    for (const ModelSpec& m : model_presets()) known += (known.empty() ? "" : ", ") + m.name;
+    return fail(Status::Invalid("unknown model \"" + a.model + "\" (known: " + known + ")"));
+  }
+  Result<ClusterSpec> cluster = find_cluster(a.cluster);
+  if (!cluster.ok()) return fail(cluster.status);
+  if (a.gpus_per_host_link > 0) cluster.value.gpus_per_host_link = a.gpus_per_host_link;
+  PlanSpec plan;
+  plan.num_microbatches = a.microbatches;
+  plan.microbatch_size = a.microbatch_size;
+  plan.partition = a.partition == "uniform" ? Partition::kUniform : Partition::kBalanced;
+  if (!a.budget.empty() && !parse_bytes(a.budget, &plan.mem_budget_bytes))
+    return fail(Status::Invalid("--budget: expected a size such as 60GiB, got \"" + a.budget + "\""));
+  Result<Problem> problem = build_problem(*model, cluster.value, plan);
+  if (!problem.ok()) return fail(problem.status);
+  if (!a.profile_path.empty()) {
+    Result<std::string> text = read_text_file(a.profile_path);
+    if (!text.ok()) return fail(text.status);
+    if (Status st = apply_profile(text.value, &problem.value); !st.ok())
+      return fail(Status::Invalid(a.profile_path + ": " + st.message));
+  }
+  const Problem& p = problem.value;
+
+  OptimizeOptions options = base_options;
+  if (!quiet) options.progress = print_progress;
+  const bool charts = !a.report_path.empty();
+  std::vector<FamilyOutcome> outcomes = run_families(p, {.op_times = charts, .memory_curve = charts});
+  OptimizeResult r = optimize(p, options);
+  if (!r.status.ok()) return fail(r.status);
+  const bool fits = r.outcome != Outcome::kInfeasible;
+
+  const FamilyOutcome* best = nullptr;
+  for (const FamilyOutcome& o : outcomes)
+    if (o.status.ok() && o.fits && (!best || o.timeline.makespan_us < best->timeline.makespan_us)) best = &o;
+  const double best_makespan = best ? best->timeline.makespan_us : 0;
+
+  std::vector<std::vector<std::string>> rows = {
+      {"schedule", "fits", "makespan", "idle", "peak memory", "speed-up", "lower bound", "gap"}};
+  json rows_json = json::array();
+  auto add_row = [&](const std::string& name, const Problem& fp, const Timeline& t, bool row_fits, double bound) {
+    const double gap = t.makespan_us > 0 ? (t.makespan_us - bound) / t.makespan_us : 0;
+    const double speedup = best_makespan > 0 && row_fits ? best_makespan / t.makespan_us : 0;
+    rows.push_back({name, row_fits ? "yes" : "no", format_us(t.makespan_us), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
+                    format_bytes(max_peak(t)), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-", format_us(bound),
+                    fmt::format("{:.1f}%", 100 * gap)});
+    rows_json.push_back({{"schedule", name},
+                         {"placement", placement_name(fp.placement)},
+                         {"chunks_per_device", fp.chunks_per_device},
+                         {"fits_budget", row_fits},
+                         {"makespan_us", t.makespan_us},
+                         {"bubble_ratio", t.bubble_ratio},
+                         {"peak_bytes", max_peak(t)},
+                         {"speedup_vs_best_fitting_family", speedup},
+                         {"lower_bound_us", bound},
+                         {"gap", gap}});
+  };
+  for (const FamilyOutcome& o : outcomes) {
+    if (!o.status.ok()) {
+      rows.push_back({o.family->name, "n/a", "-", "-", "-", "-", "-", o.status.message});
+      rows_json.push_back({{"schedule", o.family->name}, {"status", "not applicable"}, {"reason", o.status.message}});
+      continue;
+    }
+    add_row(o.family->name, o.built.problem, o.timeline, o.fits, makespan_lower_bound(o.built.problem));
+  }
+  add_row("optimized", r.problem, r.timeline, fits, r.lower_bound_us);
+
+  if (fits && !a.out_path.empty())
+    if (Status st = write_text_file(a.out_path, schedule_to_json(r.schedule)); !st.ok()) return fail(st);
+  if (charts) {
+    std::vector<ReportRow> report_rows;
+    for (const FamilyOutcome& o : outcomes)
+      report_rows.push_back({o.family->name, placement_label(*o.family), o.status.ok(), o.status.message,
+                             o.timeline.makespan_us, o.timeline.bubble_ratio, o.status.ok() ? max_peak(o.timeline) : 0, o.fits});
+    report_rows.push_back({"optimized", std::string(placement_name(r.problem.placement)) + " v" + std::to_string(r.problem.chunks_per_device),
+                           true, "", r.timeline.makespan_us, r.timeline.bubble_ratio, max_peak(r.timeline), fits});
+    std::vector<ReportChart> report_charts = {{"Optimized", schedule_svg(r.problem, r.schedule, r.timeline, "optimized")}};
+    if (best)
+      report_charts.push_back({std::string("Fastest family that fits: ") + best->family->name,
+                               schedule_svg(best->built.problem, best->built.schedule, best->timeline, best->family->name)});
+    const std::string title = "optpipe plan: " + a.model + " on " + a.cluster;
+    if (Status st = write_text_file(a.report_path, html_report(title, problem_summary(p), report_rows, report_charts)); !st.ok())
+      return fail(st);
+  }
+
+  const std::string what = a.model + " on " + a.cluster + ", " + std::to_string(p.num_microbatches) + " microbatches of " +
+                           std::to_string(a.microbatch_size) + " × " + std::to_string(model->seq_len) + " tokens";
+  if (as_json) {
+    json j = {{"model", a.model},
+              {"cluster", a.cluster},
+              {"problem", problem_summary_json(p)},
+              {"schedules", rows_json},
+              {"outcome", outcome_name(r.outcome)},
+              {"best_fitting_family", best ? json(best->family->name) : json(nullptr)},
+              {"needed_budget_bytes", r.needed_budget_bytes},
+              {"search", {{"wall_s", r.stats.wall_s}, {"evaluations", r.stats.evaluations}, {"stopped_by_time", r.stats.stopped_by_time}}}};
+    if (fits && !a.out_path.empty()) j["schedule_file"] = a.out_path;
+    if (charts) j["report_file"] = a.report_path;
+    print_json(j);
+  } else {
+    std::printf("%s\nproblem: %s\n\n%s\n", what.c_str(), problem_summary(p).c_str(), aligned_table(rows).c_str());
+    if (fits) {
+      std::printf("optimized: %s v%d from %s; %s\n", placement_name(r.problem.placement), r.problem.chunks_per_device,
+                  r.stats.start_family.c_str(), best ? fmt::format("{:.3f}x the fastest family that fits ({})", best_makespan / r.timeline.makespan_us, best->family->name).c_str() : "no family fits");
+      if (!a.out_path.empty()) std::printf("wrote %s\n", a.out_path.c_str());
+    } else {
+      std::printf("nothing found fits the budget; the best schedule found needs %s on its fullest device\n",
+                  format_bytes(*std::max_element(r.needed_budget_bytes.begin(), r.needed_budget_bytes.end())).c_str());
+    }
+    if (charts) std::printf("wrote %s\n", a.report_path.c_str());
   }
   return fits ? kExitOk : kExitInfeasible;
 }
@@ -443,6 +577,24 @@ int main(int argc, char** argv) {
   optimize_cmd->add_option("--out,-o", out_path, "write the schedule JSON here");
   add_json(optimize_cmd);
 
+  PlanArgs plan;
+  CLI::App* plan_cmd = app.add_subcommand("plan", "model + cluster + budget: every family and the optimizer, one table, the best schedule");
+  plan_cmd->add_option("--model", plan.model, "model preset (llama2-7b, llama2-13b, llama2-70b, gpt-7b, gpt-14b)");
+  plan_cmd->add_option("--cluster", plan.cluster, "<count>x<gpu>: gpu one of a100-40gb, a100-80gb, h100, h200");
+  plan_cmd->add_option("--budget", plan.budget, "memory per GPU, e.g. 60GiB (default: 90% of its HBM)");
+  plan_cmd->add_option("--microbatches", plan.microbatches, "per iteration (default: 4 × GPUs)")->check(CLI::Range(1, 100000));
+  plan_cmd->add_option("--microbatch-size", plan.microbatch_size, "sequences per microbatch")->check(CLI::Range(1, 4096));
+  plan_cmd->add_option("--partition", plan.partition, "layers over stages")->check(CLI::IsMember({"balanced", "uniform"}));
+  plan_cmd->add_option("--gpus-per-host-link", plan.gpus_per_host_link, "GPUs sharing one host link")->check(CLI::Range(1, 4096));
+  plan_cmd->add_option("--profile", plan.profile_path, "measured profile JSON overriding the formulas");
+  plan_cmd->add_option("--time-limit", opt.time_limit_s, "optimizer seconds")->check(CLI::Range(0.01, 1e6));
+  plan_cmd->add_option("--seed", opt.seed, "random seed");
+  plan_cmd->add_option("--threads", opt.threads, "parallel searches")->check(CLI::Range(1, 256));
+  plan_cmd->add_flag("--quiet,-q", quiet, "no progress on stderr");
+  plan_cmd->add_option("--out,-o", plan.out_path, "where to write the best schedule");
+  plan_cmd->add_option("--report", plan.report_path, "also write an HTML report here");
+  add_json(plan_cmd);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -462,6 +614,7 @@ int main(int argc, char** argv) {
     if (*export_cmd) return cmd_export(problem_path, schedule_path, family, chunks, format, out_path);
     if (*report_cmd) return cmd_report(problem_path, chart_families, out_path);
     if (*optimize_cmd) return cmd_optimize(problem_path, opt, quiet, as_json, out_path);
+    if (*plan_cmd) return cmd_plan(plan, opt, quiet, as_json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "optpipe: internal error: %s\n", e.what());
     return 70;

@@ -18,12 +18,21 @@ namespace optpipe {
 
 constexpr const char* kProblemFormat = "optpipe.problem/1";
 constexpr const char* kScheduleFormat = "optpipe.schedule/1";
+constexpr const char* kProfileFormat = "optpipe.profile/1";
 
 Result<Problem> problem_from_json(const std::string& text);
 std::string problem_to_json(const Problem& p);  // pretty-printed, every field
 
 Result<Schedule> schedule_from_json(const std::string& text);
 std::string schedule_to_json(const Schedule& s);  // one op name per entry, e.g. "BW3 s1"
+
+// Overrides stage times and bytes (and optionally t_comm_us and devices' static bytes) with
+// measured ones. Format "optpipe.profile/1":
+//   {"stages": [{"t_f_us", "t_b_us", "t_w_us", "t_r_us", "act_f_bytes", "act_w_bytes",
+//                "act_input_bytes"}, ...], "t_comm_us": ..., "static_bytes": [...]}
+// Every field is optional; "stages" and "static_bytes", when present, have one entry per stage
+// and per device. act_b_bytes follows as −act_f_bytes − act_w_bytes. The result is checked.
+Status apply_profile(const std::string& profile_json, Problem* p);
 
 // Whole-file helpers: the error names the path when the file cannot be read.
 Result<std::string> read_text_file(const std::string& path);

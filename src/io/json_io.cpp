@@ -282,6 +282,48 @@ std::string schedule_to_json(const Schedule& s) {
   return j.dump(1) + "\n";
 }
 
+Status apply_profile(const std::string& profile_json, Problem* p) {
+  Result<json> parsed = parse(profile_json, "profile");
+  if (!parsed.ok()) return parsed.status;
+  Status err;
+  Problem q = *p;
+  Reader r(parsed.value, "", &err);
+  check_format(r, kProfileFormat);
+  if (const json* stages = r.array("stages", false)) {
+    if (err.ok() && stages->size() != q.stages.size())
+      r.fail("stages", "must have one entry per stage (" + std::to_string(q.stages.size()) + "), got " +
+                           std::to_string(stages->size()));
+    for (size_t i = 0; i < stages->size() && err.ok(); i++) {
+      Reader sr((*stages)[i], "stages[" + std::to_string(i) + "]", &err);
+      StageSpec& st = q.stages[i];
+      sr.number("t_f_us", &st.t_f_us, false);
+      sr.number("t_b_us", &st.t_b_us, false);
+      sr.number("t_w_us", &st.t_w_us, false);
+      sr.number("t_r_us", &st.t_r_us, false);
+      sr.integer("act_f_bytes", &st.act_f_bytes, false);
+      sr.integer("act_w_bytes", &st.act_w_bytes, false);
+      sr.integer("act_input_bytes", &st.act_input_bytes, false);
+      sr.finish();
+      st.act_b_bytes = -st.act_f_bytes - st.act_w_bytes;
+    }
+  }
+  r.number("t_comm_us", &q.t_comm_us, false);
+  if (const json* statics = r.array("static_bytes", false)) {
+    if (err.ok() && statics->size() != q.devices.size())
+      r.fail("static_bytes", "must have one entry per device (" + std::to_string(q.devices.size()) + "), got " +
+                                 std::to_string(statics->size()));
+    for (size_t d = 0; d < statics->size() && err.ok(); d++) {
+      if (!(*statics)[d].is_number_integer()) r.fail("static_bytes[" + std::to_string(d) + "]", "expected an integer");
+      else q.devices[d].static_bytes = (*statics)[d].get<int64_t>();
+    }
+  }
+  r.finish();
+  if (err.ok()) err = check_problem(q);
+  if (!err.ok()) return err;
+  *p = std::move(q);
+  return Status::Ok();
+}
+
 Result<std::string> read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Result<std::string>::Error(Status::Invalid("cannot read " + path));

@@ -1,0 +1,84 @@
+// cost_model.h — from "Llama-2 13B on 16 H100s with 60 GiB free per GPU" to a Problem.
+//
+// A transformer (layers, widths, sequence, vocabulary, microbatch size) and a cluster (per-GPU
+// speed, memory, links) give every stage's F/B/W/R times and activation bytes, the static memory
+// of every device and the hop time between devices. Each formula names its source next to it.
+// Measured profiles (written by the runtime's profiler, or by hand) override the formulas:
+// see apply_profile() in json_io.h.
+//
+//   Result<Problem> p = build_problem(*find_model("llama2-13b"), *find_cluster("16xh100"), plan);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "optpipe/problem.h"
+#include "optpipe/status.h"
+
+namespace optpipe {
+
+enum class Mlp { kGelu, kSwiGlu };  // 2 weight matrices (GPT) or 3 (Llama)
+
+struct ModelSpec {
+  std::string name;
+  int num_layers = 0;
+  int hidden = 0;     // h
+  int ffn = 0;        // MLP inner width
+  int heads = 0;      // a
+  int kv_heads = 0;   // grouped-query attention; = heads for multi-head attention
+  int seq_len = 0;    // s
+  int vocab = 0;      // V
+  Mlp mlp = Mlp::kGelu;
+  bool flash_attention = true;  // no s² attention scores kept for backward
+  int bytes_per_value = 2;      // bf16 / fp16 activations and weights
+};
+
+struct ClusterSpec {
+  std::string name;
+  int num_gpus = 0;
+  double peak_tflops = 0;       // dense bf16 per GPU
+  double utilization = 0.5;     // achieved fraction of the peak
+  int64_t hbm_bytes = 0;
+  double d2h_gb_per_s = 0, h2d_gb_per_s = 0;  // GPU↔host, each way
+  double host_link_latency_us = 10;
+  int gpus_per_host_link = 1;   // GPUs sharing one host link (their transfers queue)
+  double p2p_gb_per_s = 0;      // between neighbouring pipeline stages
+  double p2p_latency_us = 0;
+};
+
+enum class Partition { kUniform, kBalanced };
+
+struct PlanSpec {
+  int num_microbatches = 0;     // 0: 4 × devices
+  int microbatch_size = 1;      // sequences per microbatch
+  int64_t mem_budget_bytes = 0;  // per device; 0: 90% of HBM
+  Partition partition = Partition::kBalanced;
+};
+
+const std::vector<ModelSpec>& model_presets();
+const ModelSpec* find_model(const std::string& name);
+
+// "16xh100", "8xa100-40gb", ...: <count>x<gpu> with gpu one of gpu_presets().
+const std::vector<ClusterSpec>& gpu_presets();  // num_gpus = 1
+Result<ClusterSpec> find_cluster(const std::string& name);
+
+// The per-layer figures behind the problem, for one microbatch (b sequences of length s).
+struct LayerCost {
+  double fwd_flops = 0;          // F
+  double bwd_input_flops = 0;    // B: gradients for the input (and attention)
+  double bwd_weight_flops = 0;   // W: gradients for the weights
+  int64_t act_bytes = 0;         // kept by F for backward
+  int64_t act_after_b_bytes = 0;  // still needed by W once B is done
+  int64_t params = 0;
+};
+LayerCost transformer_layer_cost(const ModelSpec& m, int microbatch_size);
+
+// Layers per chunk, in model order; the first chunk also holds the embedding, the last the
+// LM head and loss. Balanced: as even in forward time as whole layers allow.
+std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, Partition partition, int microbatch_size);
+
+// The problem for `cluster.num_gpus` devices, linear placement (families and the optimizer re-cut it).
+Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan);
+
+}  // namespace optpipe

@@ -1,0 +1,208 @@
+// The cost model: transformer + cluster → Problem. Sources:
+//  [N21] Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+//        Megatron-LM", SC'21, §5.1: forward FLOPs of a GPT layer 24bsh² + 4bs²h.
+//  [K22] Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
+//        2022, §4.1: activation bytes per GPT layer sbh(34 + 5as/h) in 16-bit; 34sbh with the
+//        attention scores recomputed (as flash attention does).
+//  [Q23] Qi et al., "Zero Bubble Pipeline Parallelism", 2023: backward split into B (inputs) and
+//        W (weights); W keeps the matmul inputs and output gradients, 32 of the 34 sbh.
+//  [R20] Rajbhandari et al., "ZeRO", SC'20, §3: mixed-precision Adam keeps 16 bytes per
+//        parameter (2 weights, 2 gradients, 4+4+4 fp32 master, momentum, variance).
+#include "optpipe/cost_model.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+
+namespace optpipe {
+
+const std::vector<ModelSpec>& model_presets() {
+  // name, layers, hidden, ffn, heads, kv heads, seq, vocab, mlp
+  static const std::vector<ModelSpec> kModels = {
+      // GPT-3-like models of the OptPipe paper's setting (its exact shapes are not public).
+      {"gpt-7b", 32, 4096, 16384, 32, 32, 2048, 51200, Mlp::kGelu},
+      {"gpt-14b", 44, 5120, 20480, 40, 40, 2048, 51200, Mlp::kGelu},
+      // Llama 2 (Touvron et al. 2023, Table 1 and the released configs).
+      {"llama2-7b", 32, 4096, 11008, 32, 32, 4096, 32000, Mlp::kSwiGlu},
+      {"llama2-13b", 40, 5120, 13824, 40, 40, 4096, 32000, Mlp::kSwiGlu},
+      {"llama2-70b", 80, 8192, 28672, 64, 8, 4096, 32000, Mlp::kSwiGlu},
+  };
+  return kModels;
+}
+
+const ModelSpec* find_model(const std::string& name) {
+  for (const ModelSpec& m : model_presets())
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+const std::vector<ClusterSpec>& gpu_presets() {
+  constexpr int64_t GiB = int64_t{1} << 30;
+  // Dense bf16 peaks from the vendor data sheets; host links are PCIe 4.0 / 5.0 x16 as
+  // achieved in practice; neighbouring stages talk over 200 / 400 Gb/s InfiniBand.
+  // name, gpus, peak TFLOP/s, utilization, HBM, d2h, h2d, host latency, per link, p2p, p2p latency
+  static const std::vector<ClusterSpec> kGpus = {
+      {"a100-40gb", 1, 312, 0.45, 40 * GiB, 25, 25, 10, 1, 25, 10},
+      {"a100-80gb", 1, 312, 0.45, 80 * GiB, 25, 25, 10, 1, 25, 10},
+      {"h100", 1, 989, 0.45, 80 * GiB, 50, 50, 10, 1, 50, 10},
+      {"h200", 1, 989, 0.45, 141'000'000'000, 50, 50, 10, 1, 50, 10},
+  };
+  return kGpus;
+}
+
+Result<ClusterSpec> find_cluster(const std::string& name) {
+  const size_t x = name.find('x');
+  const std::string count = name.substr(0, x == std::string::npos ? 0 : x);
+  const std::string gpu = x == std::string::npos ? name : name.substr(x + 1);
+  char* end = nullptr;
+  const long n = std::strtol(count.c_str(), &end, 10);
+  if (x == std::string::npos || count.empty() || *end != '\0' || n < 1 || n > 4096)
+    return Result<ClusterSpec>::Error(Status::Invalid("cluster \"" + name + "\": expected <count>x<gpu>, e.g. 16xh100"));
+  for (const ClusterSpec& g : gpu_presets()) {
+    if (g.name != gpu) continue;
+    ClusterSpec c = g;
+    c.name = name;
+    c.num_gpus = static_cast<int>(n);
+    return Result<ClusterSpec>::Of(c);
+  }
+  std::string known;
+  for (const ClusterSpec& g : gpu_presets()) known += (known.empty() ? "" : ", ") + g.name;
+  return Result<ClusterSpec>::Error(Status::Invalid("cluster \"" + name + "\": unknown GPU \"" + gpu + "\" (known: " + known + ")"));
+}
+
+LayerCost transformer_layer_cost(const ModelSpec& m, int microbatch_size) {
+  const double b = microbatch_size, s = m.seq_len, h = m.hidden, f = m.ffn, a = m.heads;
+  const double kv = static_cast<double>(m.kv_heads) * (h / a);  // width of K and of V
+  const double mlp_mats = m.mlp == Mlp::kGelu ? 2 : 3;
+  const double bytes = m.bytes_per_value;
+  LayerCost c;
+  // [N21] weight matmuls: QKV, attention output, MLP; 2 FLOPs per multiply-add.
+  const double matmul = 2 * b * s * (h * (h + 2 * kv) + h * h + mlp_mats * h * f);
+  const double attention = 4 * b * s * s * h;  // QKᵀ and AV
+  c.fwd_flops = matmul + attention;
+  // B: input gradients of every matmul, twice the attention's forward work for the gradients of
+  // both its operands, and with flash attention the scores recomputed once more.
+  c.bwd_input_flops = matmul + 2 * attention + (m.flash_attention ? attention : 0);
+  c.bwd_weight_flops = matmul;  // [Q23] W: one weight-gradient matmul per forward matmul
+  // [K22] per token, in values: attention 11h (GPT: QKV input, Q, K, V, output-projection
+  // input, dropout mask), MLP 19h (input, 4h GeLU input and output, dropout mask), norms 4h;
+  // Llama-style: no dropout, K/V at their GQA width, SwiGLU keeps gate, up and their product.
+  double per_token;  // bytes
+  if (m.mlp == Mlp::kGelu)
+    per_token = 34 * h;  // already in bytes for 16-bit values with 1-byte masks [K22]
+  else
+    per_token = bytes * (h + h + 2 * kv + h) + bytes * (h + 3 * f) + bytes * 2 * h;
+  double scores = m.flash_attention ? 0 : 5 * a * s;  // [K22] softmax, its dropout mask and output
+  c.act_bytes = static_cast<int64_t>(b * s * (per_token + scores));
+  // [Q23] W needs each weight matmul's input and output gradient.
+  const double w_inputs = (m.mlp == Mlp::kGelu) ? (h + h + h + 4 * h) : (h + h + h + f);
+  const double w_grads = (h + 2 * kv) + h + (m.mlp == Mlp::kGelu ? 4 * h : 2 * f) + h;
+  c.act_after_b_bytes = std::min(c.act_bytes, static_cast<int64_t>(b * s * bytes * (w_inputs + w_grads)));
+  c.params = static_cast<int64_t>(h * (h + 2 * kv) + h * h + mlp_mats * h * f + 4 * h);
+  return c;
+}
+
+namespace {
+
+// The LM head and loss on the last chunk: logits matmul forward, its input and weight gradients;
+// it keeps its input and the fp32 logits for the softmax, W its input and the logits' gradient.
+LayerCost head_cost(const ModelSpec& m, int microbatch_size) {
+  const double b = microbatch_size, s = m.seq_len, h = m.hidden, V = m.vocab;
+  LayerCost c;
+  c.fwd_flops = 2 * b * s * h * V;
+  c.bwd_input_flops = c.fwd_flops;
+  c.bwd_weight_flops = c.fwd_flops;
+  c.act_bytes = static_cast<int64_t>(b * s * (m.bytes_per_value * h + 4 * V));
+  c.act_after_b_bytes = static_cast<int64_t>(b * s * m.bytes_per_value * (h + V));
+  c.params = static_cast<int64_t>(h * V);
+  return c;
+}
+
+}  // namespace
+
+std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, Partition partition, int microbatch_size) {
+  const int L = m.num_layers, S = num_chunks;
+  std::vector<int> n(S, L / S);
+  if (partition == Partition::kUniform) {
+    for (int c = 0; c < L % S; c++) n[1 + c % std::max(1, S - 1)]++;  // spare layers skip the embedding chunk
+    if (S == 1) n[0] = L;
+    return n;
+  }
+  // Balanced: minimise the largest chunk's forward time over contiguous splits (the first chunk
+  // also pays for the embedding — negligible — the last for the LM head).
+  const double layer = transformer_layer_cost(m, microbatch_size).fwd_flops;
+  const double head = head_cost(m, microbatch_size).fwd_flops;
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[c][k]: the smallest largest-chunk cost putting the first k layers into chunks 0..c.
+  std::vector<std::vector<double>> best(S, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int>> cut(S, std::vector<int>(L + 1, 0));
+  for (int k = 0; k <= L; k++) best[0][k] = k * layer + (S == 1 ? head : 0);
+  for (int c = 1; c < S; c++)
+    for (int k = 0; k <= L; k++)
+      for (int j = 0; j <= k; j++) {
+        const double chunk = (k - j) * layer + (c == S - 1 ? head : 0);
+        const double v = std::max(best[c - 1][j], chunk);
+        if (v < best[c][k]) {
+          best[c][k] = v;
+          cut[c][k] = j;
+        }
+      }
+  for (int c = S - 1, k = L; c >= 0; c--) {
+    const int j = c > 0 ? cut[c][k] : 0;
+    n[c] = k - j;
+    k = j;
+  }
+  return n;
+}
+
+Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan) {
+  using R = Result<Problem>;
+  if (m.num_layers < 1 || m.hidden < 1 || m.ffn < 1 || m.heads < 1 || m.kv_heads < 1 || m.seq_len < 1 || m.vocab < 1 ||
+      m.hidden % m.heads != 0 || m.heads % m.kv_heads != 0)
+    return R::Error(Status::Invalid("model \"" + m.name + "\": sizes must be positive, hidden divisible by heads, heads by kv heads"));
+  if (cluster.num_gpus < 1 || !(cluster.peak_tflops > 0) || !(cluster.utilization > 0) || cluster.utilization > 1)
+    return R::Error(Status::Invalid("cluster \"" + cluster.name + "\": needs GPUs, a positive peak and a utilization in (0, 1]"));
+  if (plan.microbatch_size < 1) return R::Error(Status::Invalid("microbatch size must be ≥ 1"));
+  const int D = cluster.num_gpus;
+  if (D > m.num_layers) return R::Error(Status::Invalid("more pipeline stages (" + std::to_string(D) + ") than layers (" + std::to_string(m.num_layers) + ")"));
+  const double flops_per_us = cluster.peak_tflops * 1e6 * cluster.utilization;
+  const LayerCost layer = transformer_layer_cost(m, plan.microbatch_size);
+  const LayerCost head = head_cost(m, plan.microbatch_size);
+  const std::vector<int> layers = partition_layers(m, D, plan.partition, plan.microbatch_size);
+  const double s = m.seq_len, b = plan.microbatch_size, h = m.hidden;
+
+  Problem p;
+  p.num_devices = D;
+  p.num_microbatches = plan.num_microbatches > 0 ? plan.num_microbatches : 4 * D;
+  p.placement = Placement::kLinear;
+  p.chunks_per_device = 1;
+  const double hop_bytes = b * s * h * m.bytes_per_value;  // the hidden state between stages
+  p.t_comm_us = cluster.p2p_latency_us + (cluster.p2p_gb_per_s > 0 ? hop_bytes / (cluster.p2p_gb_per_s * 1e3) : 0);
+  p.host_link = {cluster.d2h_gb_per_s, cluster.h2d_gb_per_s, cluster.host_link_latency_us};
+  for (int c = 0; c < D; c++) {
+    const int n = layers[c];
+    const bool last = c == D - 1;
+    StageSpec st;
+    st.t_f_us = (n * layer.fwd_flops + (last ? head.fwd_flops : 0)) / flops_per_us;
+    st.t_b_us = (n * layer.bwd_input_flops + (last ? head.bwd_input_flops : 0)) / flops_per_us;
+    st.t_w_us = (n * layer.bwd_weight_flops + (last ? head.bwd_weight_flops : 0)) / flops_per_us;
+    st.t_r_us = st.t_f_us;
+    st.act_f_bytes = n * layer.act_bytes + (last ? head.act_bytes : 0);
+    st.act_w_bytes = -(n * layer.act_after_b_bytes + (last ? head.act_after_b_bytes : 0));
+    st.act_b_bytes = -st.act_f_bytes - st.act_w_bytes;
+    st.act_input_bytes = std::min<int64_t>(st.act_f_bytes, static_cast<int64_t>(hop_bytes));
+    p.stages.push_back(st);
+
+    DeviceSpec dev;
+    int64_t params = n * layer.params + (c == 0 ? static_cast<int64_t>(m.vocab) * m.hidden : 0) + (last ? head.params : 0);
+    dev.static_bytes = 16 * params;  // [R20]
+    dev.mem_budget_bytes = plan.mem_budget_bytes > 0 ? plan.mem_budget_bytes : cluster.hbm_bytes / 10 * 9;
+    dev.host_link = c / std::max(1, cluster.gpus_per_host_link);
+    p.devices.push_back(dev);
+  }
+  Status st = check_problem(p);
+  if (!st.ok()) return R::Error(st);
+  return R::Of(std::move(p));
+}
+
+}  // namespace optpipe
