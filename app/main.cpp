@@ -178,35 +178,6 @@ int cmd_export(const std::string& problem_path, const std::string& schedule_path
   return st.ok() ? kExitOk : fail(st);
 }
 
-struct FamilyOutcome {
-  const Family* family;
-  Status status;  // not ok: the family does not apply to this problem
-  FamilySchedule built;
-  Timeline timeline;
-  bool fits = false;
-};
-
-// Every family on one problem, each validated and simulated.
-std::vector<FamilyOutcome> run_families(const Problem& p, const SimOptions& sim) {
-  std::vector<FamilyOutcome> out;
-  for (const Family& f : families()) {
-    FamilyOutcome o{&f, Status::Ok(), {}, {}, false};
-    Result<FamilySchedule> fs = build_family(f, p);
-    if (!fs.ok()) {
-      o.status = fs.status;
-      out.push_back(std::move(o));
-      continue;
-    }
-    o.built = std::move(fs.value);
-    Result<Timeline> t = checked_timeline(o.built, std::string("family ") + f.name, sim);
-    OPTPIPE_CHECK(t.ok(), t.status.message);
-    o.timeline = std::move(t.value);
-    o.fits = fits_budget(o.built.problem, o.timeline);
-    out.push_back(std::move(o));
-  }
-  return out;
-}
-
 std::string placement_label(const Family& f) {
   return std::string(placement_name(f.placement)) + " v" + std::to_string(f.chunks_per_device);
 }
@@ -224,7 +195,7 @@ int cmd_compare(const std::string& problem_path, bool as_json) {
   std::vector<std::vector<std::string>> rows = {
       {"family", "placement", "makespan", "bubble", "peak memory", "fits", "peak per device"}};
   int num_fit = 0;
-  for (const FamilyOutcome& o : run_families(p.value, {.op_times = false})) {
+  for (const FamilyRun& o : run_families(p.value, {.op_times = false})) {
     const Family& f = *o.family;
     if (!o.status.ok()) {
       rows.push_back({f.name, placement_label(f), "-", "-", "-", "n/a", o.status.message});
@@ -266,10 +237,10 @@ int cmd_report(const std::string& problem_path, const std::vector<std::string>& 
   if (!p.ok()) return fail(p.status);
   for (const std::string& name : chart_families)
     if (!find_family(name)) return fail(Status::Invalid("unknown family \"" + name + "\" (see: optpipe families)"));
-  std::vector<FamilyOutcome> outcomes = run_families(p.value, {.op_times = true, .memory_curve = true});
+  std::vector<FamilyRun> outcomes = run_families(p.value, {.op_times = true, .memory_curve = true});
   std::vector<ReportRow> rows;
-  const FamilyOutcome* best = nullptr;
-  for (const FamilyOutcome& o : outcomes) {
+  const FamilyRun* best = fastest_fitting(outcomes);
+  for (const FamilyRun& o : outcomes) {
     ReportRow r;
     r.name = o.family->name;
     r.placement = placement_label(*o.family);
@@ -280,17 +251,16 @@ int cmd_report(const std::string& problem_path, const std::vector<std::string>& 
       r.bubble_ratio = o.timeline.bubble_ratio;
       r.peak_bytes = max_peak(o.timeline);
       r.fits = o.fits;
-      if (o.fits && (!best || o.timeline.makespan_us < best->timeline.makespan_us)) best = &o;
     }
     rows.push_back(r);
   }
   std::vector<ReportChart> charts;
-  auto chart = [&](const FamilyOutcome& o, const std::string& heading) {
+  auto chart = [&](const FamilyRun& o, const std::string& heading) {
     charts.push_back({heading, schedule_svg(o.built.problem, o.built.schedule, o.timeline, o.family->name)});
   };
   if (best) chart(*best, std::string("Fastest family that fits the budget: ") + best->family->name);
   for (const std::string& name : chart_families)
-    for (const FamilyOutcome& o : outcomes)
+    for (const FamilyRun& o : outcomes)
       if (name == o.family->name && &o != best) {
         if (o.status.ok()) chart(o, name);
       }
@@ -424,14 +394,12 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
   OptimizeOptions options = base_options;
   if (!quiet) options.progress = print_progress;
   const bool charts = !a.report_path.empty();
-  std::vector<FamilyOutcome> outcomes = run_families(p, {.op_times = charts, .memory_curve = charts});
+  std::vector<FamilyRun> outcomes = run_families(p, {.op_times = charts, .memory_curve = charts});
   OptimizeResult r = optimize(p, options);
   if (!r.status.ok()) return fail(r.status);
   const bool fits = r.outcome != Outcome::kInfeasible;
 
-  const FamilyOutcome* best = nullptr;
-  for (const FamilyOutcome& o : outcomes)
-    if (o.status.ok() && o.fits && (!best || o.timeline.makespan_us < best->timeline.makespan_us)) best = &o;
+  const FamilyRun* best = fastest_fitting(outcomes);
   const double best_makespan = best ? best->timeline.makespan_us : 0;
 
   std::vector<std::vector<std::string>> rows = {
@@ -454,7 +422,7 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
                          {"lower_bound_us", bound},
                          {"gap", gap}});
   };
-  for (const FamilyOutcome& o : outcomes) {
+  for (const FamilyRun& o : outcomes) {
     if (!o.status.ok()) {
       rows.push_back({o.family->name, "n/a", "-", "-", "-", "-", "-", o.status.message});
       rows_json.push_back({{"schedule", o.family->name}, {"status", "not applicable"}, {"reason", o.status.message}});
@@ -468,7 +436,7 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
     if (Status st = write_text_file(a.out_path, schedule_to_json(r.schedule)); !st.ok()) return fail(st);
   if (charts) {
     std::vector<ReportRow> report_rows;
-    for (const FamilyOutcome& o : outcomes)
+    for (const FamilyRun& o : outcomes)
       report_rows.push_back({o.family->name, placement_label(*o.family), o.status.ok(), o.status.message,
                              o.timeline.makespan_us, o.timeline.bubble_ratio, o.status.ok() ? max_peak(o.timeline) : 0, o.fits});
     report_rows.push_back({"optimized", std::string(placement_name(r.problem.placement)) + " v" + std::to_string(r.problem.chunks_per_device),

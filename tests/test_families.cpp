@@ -30,12 +30,12 @@ Problem uniform(int D, int M) {
   return make_uniform_problem(u);
 }
 
-struct FamilyRun {
+struct Ran {
   Problem problem;
   Timeline timeline;
 };
 
-FamilyRun run(const char* family, const Problem& p, int chunks = 0) {
+Ran run(const char* family, const Problem& p, int chunks = 0) {
   const Family* f = find_family(family);
   EXPECT_NE(f, nullptr) << family;
   Result<FamilySchedule> fs = build_family(*f, p, chunks);
@@ -46,16 +46,16 @@ FamilyRun run(const char* family, const Problem& p, int chunks = 0) {
 }
 
 // Peak live activation bytes on device d, in units of a whole stage's activation.
-double peak_acts(const FamilyRun& r, int d) { return double(r.timeline.devices[d].peak_bytes - kStatic) / kAct; }
-double max_peak_acts(const FamilyRun& r) {
+double peak_acts(const Ran& r, int d) { return double(r.timeline.devices[d].peak_bytes - kStatic) / kAct; }
+double max_peak_acts(const Ran& r) {
   double m = 0;
   for (int d = 0; d < r.problem.num_devices; d++) m = std::max(m, peak_acts(r, d));
   return m;
 }
 // Idle time beyond the work: over the makespan, and over the longest per-device span (the
 // zero-bubble papers' measure, which leaves out the unavoidable start-up offset).
-double bubble_us(const FamilyRun& r) { return r.timeline.makespan_us - r.problem.num_microbatches * 3 * kT; }
-double span_bubble_us(const FamilyRun& r) { return r.timeline.max_span_us - r.problem.num_microbatches * 3 * kT; }
+double bubble_us(const Ran& r) { return r.timeline.makespan_us - r.problem.num_microbatches * 3 * kT; }
+double span_bubble_us(const Ran& r) { return r.timeline.max_span_us - r.problem.num_microbatches * 3 * kT; }
 
 }  // namespace
 
@@ -64,7 +64,7 @@ TEST(ClosedForm, OneFOneBAndGPipe) {
     for (int M : {1, D - 1, D, 2 * D, 4 * D + 3}) {
       if (M < 1) continue;
       Problem p = uniform(D, M);
-      FamilyRun a = run("1f1b", p), g = run("gpipe", p);
+      Ran a = run("1f1b", p), g = run("gpipe", p);
       EXPECT_DOUBLE_EQ(a.timeline.makespan_us, (M + D - 1) * 3 * kT) << "1f1b D=" << D << " M=" << M;
       EXPECT_DOUBLE_EQ(g.timeline.makespan_us, (M + D - 1) * 3 * kT) << "gpipe D=" << D << " M=" << M;
       for (int d = 0; d < D; d++) {
@@ -79,7 +79,7 @@ TEST(ClosedForm, ZeroBubbleH1IsAThirdOf1F1BAtItsMemory) {
   for (int D : {2, 4, 8}) {
     for (int M : {D, 2 * D, 3 * D + 1}) {
       Problem p = uniform(D, M);
-      FamilyRun a = run("1f1b", p), h1 = run("zb-h1", p);
+      Ran a = run("1f1b", p), h1 = run("zb-h1", p);
       EXPECT_NEAR(bubble_us(h1), bubble_us(a) / 3, 1e-6) << "D=" << D << " M=" << M;
       EXPECT_LE(max_peak_acts(h1), max_peak_acts(a)) << "D=" << D << " M=" << M;
     }
@@ -90,7 +90,7 @@ TEST(ClosedForm, ZeroBubbleH2HasNoBubbleAtTwiceTheMemory) {
   for (int D : {2, 4, 8}) {
     for (int M : {2 * D, 4 * D}) {
       Problem p = uniform(D, M);
-      FamilyRun a = run("1f1b", p), h2 = run("zb-h2", p);
+      Ran a = run("1f1b", p), h2 = run("zb-h2", p);
       EXPECT_NEAR(span_bubble_us(h2), 0, 1e-6) << "D=" << D << " M=" << M;
       EXPECT_LE(max_peak_acts(h2), 2 * max_peak_acts(a)) << "D=" << D << " M=" << M;
       EXPECT_GT(max_peak_acts(h2), max_peak_acts(a)) << "D=" << D << " M=" << M;
@@ -103,7 +103,7 @@ TEST(ClosedForm, InterleavedDividesTheBubbleByV) {
     for (int v : {2, 3, 4}) {
       for (int M : {D, 2 * D, 4 * D}) {
         Problem p = uniform(D, M);
-        FamilyRun a = run("1f1b", p), il = run("interleaved-1f1b", p, v);
+        Ran a = run("1f1b", p), il = run("interleaved-1f1b", p, v);
         EXPECT_NEAR(bubble_us(il), bubble_us(a) / v, 1e-6) << "D=" << D << " v=" << v << " M=" << M;
       }
     }
@@ -114,7 +114,7 @@ TEST(ClosedForm, VShapesTradeMemory) {
   for (int D : {4, 6, 8}) {
     const int M = 4 * D;
     Problem p = uniform(D, M);
-    FamilyRun a = run("1f1b", p), zbv = run("zb-v", p), half = run("v-half", p), vmin = run("v-min", p);
+    Ran a = run("1f1b", p), zbv = run("zb-v", p), half = run("v-half", p), vmin = run("v-min", p);
     const double full = max_peak_acts(a);  // = D
     EXPECT_NEAR(span_bubble_us(zbv), 0, 1e-6) << "zb-v D=" << D;
     EXPECT_LE(max_peak_acts(zbv), full) << "zb-v D=" << D;
@@ -299,7 +299,7 @@ TEST(Property, EveryFamilyValidatesAndSimulatesConsistently) {
 TEST(MemorySaving, PipeOffloadMovesLongLivedActivationsWhenTheLinkIsFast) {
   Problem p = uniform(4, 16);
   p.host_link = {1000, 1000, 0};  // transfers far shorter than lifespans
-  FamilyRun base = run("interleaved-1f1b", p), off = run("pipeoffload", p);
+  Ran base = run("interleaved-1f1b", p), off = run("pipeoffload", p);
   int64_t moved = 0;
   for (const DeviceFigures& f : off.timeline.devices) moved += f.offload_bytes;
   EXPECT_GT(moved, 0);
@@ -314,7 +314,7 @@ TEST(MemorySaving, PipeOffloadMovesLongLivedActivationsWhenTheLinkIsFast) {
 TEST(MemorySaving, RecomputeKeepsOnlyInputsInFlight) {
   const int D = 4, M = 8;
   Problem p = uniform(D, M);
-  FamilyRun rc = run("1f1b-recompute", p);
+  Ran rc = run("1f1b-recompute", p);
   for (int d = 0; d < D; d++) {
     // In flight: the inputs of 1F1B's min(D−d, M) forwards, plus one full activation being used.
     const double inputs = std::min(D - d, M) * double(kAct / 16) / kAct;

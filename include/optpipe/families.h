@@ -16,6 +16,7 @@
 
 #include "optpipe/problem.h"
 #include "optpipe/schedule.h"
+#include "optpipe/simulate.h"
 #include "optpipe/status.h"
 
 namespace optpipe {
@@ -40,6 +41,19 @@ struct FamilySchedule {
 
 // chunks_per_device: for families that accept any v (interleaved); 0 picks the family's default.
 Result<FamilySchedule> build_family(const Family& f, const Problem& p, int chunks_per_device = 0);
+
+// Every family on one problem, each validated (not against the budget) and simulated.
+struct FamilyRun {
+  const Family* family = nullptr;
+  Status status;  // not ok: the family does not apply to this problem (the reason)
+  FamilySchedule built;
+  Timeline timeline;
+  bool fits = false;  // every device's peak within its budget
+};
+std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim);
+
+// The fastest run that fits, or nullptr.
+const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs);
 
 // The family functions, one file each.
 Result<Schedule> make_gpipe(const Problem& p);

@@ -1,5 +1,6 @@
 // The one table of schedule families, shared by the CLI, the tests and the docs.
 #include "families/common.h"
+#include "optpipe/validate.h"
 
 namespace optpipe {
 
@@ -51,6 +52,36 @@ Result<FamilySchedule> build_family(const Family& f, const Problem& p, int chunk
   if (!s.ok()) return Result<FamilySchedule>::Error(s.status);
   out.schedule = std::move(s.value);
   return Result<FamilySchedule>::Of(std::move(out));
+}
+
+std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim) {
+  std::vector<FamilyRun> out;
+  for (const Family& f : families()) {
+    FamilyRun run;
+    run.family = &f;
+    Result<FamilySchedule> fs = build_family(f, p);
+    if (!fs.ok()) {
+      run.status = fs.status;
+      out.push_back(std::move(run));
+      continue;
+    }
+    run.built = std::move(fs.value);
+    Validation v = validate(run.built.problem, run.built.schedule, {.check_memory_budget = false, .sim = sim});
+    OPTPIPE_CHECK(v.ok(), std::string("family ") + f.name + " produced an invalid schedule: " + v.summary());
+    run.timeline = std::move(v.sim.timeline);
+    run.fits = true;
+    for (int d = 0; d < run.built.problem.num_devices; d++)
+      run.fits = run.fits && run.timeline.devices[d].peak_bytes <= run.built.problem.devices[d].mem_budget_bytes;
+    out.push_back(std::move(run));
+  }
+  return out;
+}
+
+const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs) {
+  const FamilyRun* best = nullptr;
+  for (const FamilyRun& r : runs)
+    if (r.status.ok() && r.fits && (!best || r.timeline.makespan_us < best->timeline.makespan_us)) best = &r;
+  return best;
 }
 
 }  // namespace optpipe
