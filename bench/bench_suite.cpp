@@ -1,0 +1,264 @@
+// The optimizer's benchmark suite: every instance of bench/suite.json solved with a time limit,
+// a line per instance as it finishes, a summary, and a results file to compare runs by.
+//   build/bench_suite                       # the whole suite, 10 s per instance
+//   build/bench_suite --quick               # a few small instances with invariants asserted (CI)
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "optpipe/cost_model.h"
+#include "optpipe/families.h"
+#include "optpipe/json_io.h"
+#include "optpipe/optimize.h"
+#include "optpipe/units.h"
+
+using namespace optpipe;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int64_t GiB = int64_t{1} << 30;
+
+// A synthetic instance: see the suite file's comment for what each word means.
+Result<Problem> synthetic(const json& spec) {
+  UniformSpec u;
+  u.num_devices = spec.at("devices").get<int>();
+  u.num_microbatches = spec.at("microbatches").get<int>();
+  u.t_f_us = u.t_b_us = u.t_w_us = 40000;
+  u.t_comm_us = spec.value("t_comm_us", 0.0);
+  u.act_f_bytes = GiB;
+  u.act_w_bytes = -GiB / 4;
+  u.act_input_bytes = 32ll << 20;
+  u.static_bytes = 20 * GiB;
+  Problem p = make_uniform_problem(u);
+  if (spec.at("costs") == "hetero") {
+    std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>{}(spec.at("name").get<std::string>()) & 0xffffffff));
+    std::uniform_real_distribution<double> spread(0.8, 1.2), b(1.0, 1.4), w(0.6, 1.0);
+    for (int s = 0; s < p.num_stages(); s++) {
+      StageSpec& st = p.stages[s];
+      const double scale = (s == 0 ? 1.2 : 1.0) * (s == p.num_stages() - 1 ? 1.5 : 1.0);
+      st.t_f_us = st.t_r_us = 40000 * spread(rng) * scale;
+      st.t_b_us = st.t_f_us * b(rng);
+      st.t_w_us = st.t_f_us * w(rng);
+    }
+  }
+  const double gbps = spec.value("link", std::string("ample")) == "scarce" ? 12 : 50;
+  p.host_link = {gbps, gbps, 10};
+  if (spec.value("shared_host_link", false))
+    for (int d = 0; d < p.num_devices; d++) p.devices[d].host_link = d / 2;
+  Status st = check_problem(p);
+  if (!st.ok()) return Result<Problem>::Error(st);
+  return Result<Problem>::Of(std::move(p));
+}
+
+Result<Problem> from_preset(const json& spec) {
+  const ModelSpec* m = find_model(spec.at("model").get<std::string>());
+  if (!m) return Result<Problem>::Error(Status::Invalid("unknown model " + spec.at("model").dump()));
+  Result<ClusterSpec> c = find_cluster(spec.at("cluster").get<std::string>());
+  if (!c.ok()) return Result<Problem>::Error(c.status);
+  PlanSpec plan;
+  plan.num_microbatches = spec.value("microbatches", 0);
+  return build_problem(*m, c.value, plan);
+}
+
+// Budgets relative to what 1F1B (or ZB-H2) keeps alive: the peak activation bytes over devices.
+Status set_budget(const std::string& kind, Problem* p) {
+  if (kind == "hbm") return Status::Ok();
+  auto activation_peak = [&](const char* family) -> int64_t {
+    Result<FamilySchedule> fs = build_family(*find_family(family), *p);
+    OPTPIPE_CHECK(fs.ok(), fs.status.message);
+    SimResult r = simulate(fs.value.problem, fs.value.schedule, {.op_times = false});
+    OPTPIPE_CHECK(r.ok(), r.status.message);
+    int64_t peak = 0;
+    for (int d = 0; d < p->num_devices; d++) peak = std::max(peak, r.timeline.devices[d].peak_bytes - p->devices[d].static_bytes);
+    return peak;
+  };
+  int64_t activations;
+  if (kind == "tight") activations = activation_peak("1f1b") / 2;
+  else if (kind == "1f1b") activations = activation_peak("1f1b");
+  else if (kind == "rich") activations = activation_peak("zb-h2");
+  else return Status::Invalid("unknown budget \"" + kind + "\"");
+  for (DeviceSpec& d : p->devices) d.mem_budget_bytes = d.static_bytes + activations;
+  return Status::Ok();
+}
+
+double idle_us(const Timeline& t) {
+  double idle = 0;
+  for (const DeviceFigures& d : t.devices) idle += d.idle_us;
+  return idle;
+}
+
+struct Row {
+  std::string name;
+  int devices = 0, microbatches = 0;
+  std::string budget;
+  bool memory_limited = false;      // the fastest family ignoring memory does not fit
+  std::string baseline;             // fastest fitting family ("" if none)
+  double baseline_us = 0, baseline_idle_us = 0;
+  double pipeoffload_us = 0;        // 0 if it does not fit
+  std::string outcome;
+  double optimized_us = 0, optimized_idle_us = 0, bound_us = 0, gap = 0, wall_s = 0;
+  int64_t evaluations = 0;
+  bool stopped_by_time = false;
+};
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / v.size();
+}
+double max_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"optpipe benchmark suite: the optimizer against every family"};
+  std::string suite_path = "bench/suite.json", out_path, csv_path, only;
+  bool quick = false;
+  OptimizeOptions options;
+  options.time_limit_s = 10;
+  app.add_option("--suite", suite_path, "suite file");
+  app.add_flag("--quick", quick, "the suite's quick instances, a small fixed search budget, invariants asserted");
+  app.add_option("--time-limit", options.time_limit_s, "seconds per instance")->check(CLI::Range(0.01, 1e6));
+  app.add_option("--threads", options.threads, "parallel searches per instance")->check(CLI::Range(1, 256));
+  app.add_option("--seed", options.seed, "random seed");
+  app.add_option("--only", only, "run only the instance of this name");
+  app.add_option("--out", out_path, "write the results as JSON");
+  app.add_option("--csv", csv_path, "write the results as CSV");
+  CLI11_PARSE(app, argc, argv);
+
+  Result<std::string> text = read_text_file(suite_path);
+  if (!text.ok()) {
+    std::fprintf(stderr, "bench_suite: %s\n", text.status.message.c_str());
+    return 1;
+  }
+  const json suite = json::parse(text.value);
+  std::vector<std::string> quick_names = suite.value("quick", std::vector<std::string>{});
+  if (quick) {
+    options.max_evaluations = 3000;
+    options.time_limit_s = 120;
+  }
+
+  std::vector<Row> rows;
+  int violations = 0;
+  std::printf("%-30s %4s %5s %-6s %-16s %11s %11s %9s %7s %6s %7s\n", "instance", "D", "M", "budget", "best family",
+              "family", "optimized", "idle cut", "gap", "time", "limited");
+  for (const json& spec : suite.at("instances")) {
+    const std::string name = spec.at("name").get<std::string>();
+    if (quick && std::find(quick_names.begin(), quick_names.end(), name) == quick_names.end()) continue;
+    if (!only.empty() && name != only) continue;
+    Result<Problem> p = spec.contains("model") ? from_preset(spec) : synthetic(spec);
+    Status st = p.ok() ? set_budget(spec.at("budget").get<std::string>(), &p.value) : p.status;
+    if (!st.ok()) {
+      std::fprintf(stderr, "bench_suite: %s: %s\n", name.c_str(), st.message.c_str());
+      return 1;
+    }
+    Row row;
+    row.name = name;
+    row.devices = p.value.num_devices;
+    row.microbatches = p.value.num_microbatches;
+    row.budget = spec.at("budget").get<std::string>();
+    const std::vector<FamilyRun> runs = run_families(p.value, {.op_times = false});
+    const FamilyRun* best = fastest_fitting(runs);
+    const FamilyRun* fastest = nullptr;
+    for (const FamilyRun& r : runs) {
+      if (!r.status.ok()) continue;
+      if (!fastest || r.timeline.makespan_us < fastest->timeline.makespan_us) fastest = &r;
+      if (std::string(r.family->name) == "pipeoffload" && r.fits) row.pipeoffload_us = r.timeline.makespan_us;
+    }
+    row.memory_limited = fastest && !fastest->fits;
+    if (best) {
+      row.baseline = best->family->name;
+      row.baseline_us = best->timeline.makespan_us;
+      row.baseline_idle_us = idle_us(best->timeline);
+    }
+    OptimizeResult r = optimize(p.value, options);
+    if (!r.status.ok()) {
+      std::fprintf(stderr, "bench_suite: %s: %s\n", name.c_str(), r.status.message.c_str());
+      return 1;
+    }
+    row.outcome = outcome_name(r.outcome);
+    row.optimized_us = r.timeline.makespan_us;
+    row.optimized_idle_us = idle_us(r.timeline);
+    row.bound_us = r.lower_bound_us;
+    row.gap = r.gap;
+    row.wall_s = r.stats.wall_s;
+    row.evaluations = r.stats.evaluations;
+    row.stopped_by_time = r.stats.stopped_by_time;
+    const bool fits = r.outcome != Outcome::kInfeasible;
+    const double idle_cut = best && row.baseline_idle_us > 0 && fits ? 1 - row.optimized_idle_us / row.baseline_idle_us : 0;
+    std::printf("%-30s %4d %5d %-6s %-16s %11s %11s %8.1f%% %6.1f%% %5.1fs %7s\n", name.c_str(), row.devices,
+                row.microbatches, row.budget.c_str(), best ? best->family->name : "(none fits)",
+                best ? format_us(row.baseline_us).c_str() : "-", fits ? format_us(row.optimized_us).c_str() : "no fit",
+                100 * idle_cut, 100 * row.gap, row.wall_s, row.memory_limited ? "yes" : "no");
+    std::fflush(stdout);
+    // The invariants every run must keep.
+    if (best && !fits) {
+      std::printf("  VIOLATION: %s fits but the optimizer returned nothing that fits\n", best->family->name);
+      violations++;
+    }
+    if (best && fits && row.optimized_us > row.baseline_us + 1e-6) {
+      std::printf("  VIOLATION: optimized %s is slower than %s\n", format_us(row.optimized_us).c_str(), best->family->name);
+      violations++;
+    }
+    rows.push_back(row);
+  }
+
+  // Summary.
+  int compared = 0, not_worse = 0, only_optimizer_fits = 0;
+  std::vector<double> cut_limited, cut_rich, vs_offload, gaps, walls;
+  for (const Row& r : rows) {
+    const bool fits = r.outcome != "infeasible";
+    walls.push_back(r.wall_s);
+    if (fits) gaps.push_back(r.gap);
+    if (r.baseline.empty()) {
+      only_optimizer_fits += fits;
+      continue;
+    }
+    compared++;
+    not_worse += fits && r.optimized_us <= r.baseline_us + 1e-6;
+    const double cut = r.baseline_idle_us > 0 ? 1 - r.optimized_idle_us / r.baseline_idle_us : 0;
+    (r.memory_limited ? cut_limited : cut_rich).push_back(cut);
+    if (r.pipeoffload_us > 0 && fits) vs_offload.push_back(r.pipeoffload_us / r.optimized_us);
+  }
+  std::printf("\n%zu instances. optimized ≤ fastest fitting family: %d of %d; fits where no family does: %d\n", rows.size(),
+              not_worse, compared, only_optimizer_fits);
+  std::printf("idle-time cut vs the fastest fitting family: memory-limited mean %.1f%% max %.1f%% (%zu); memory-rich mean %.1f%% max %.1f%% (%zu)\n",
+              100 * mean(cut_limited), 100 * max_of(cut_limited), cut_limited.size(), 100 * mean(cut_rich),
+              100 * max_of(cut_rich), cut_rich.size());
+  std::printf("speed-up vs PipeOffload-style (where it fits): mean %.3fx max %.3fx (%zu)\n", mean(vs_offload),
+              max_of(vs_offload), vs_offload.size());
+  std::printf("gap to the lower bound: mean %.1f%% max %.1f%%; solve time mean %.1f s max %.1f s\n", 100 * mean(gaps),
+              100 * max_of(gaps), mean(walls), max_of(walls));
+
+  if (!out_path.empty() || !csv_path.empty()) {
+    json results = json::array();
+    std::string csv = "instance,devices,microbatches,budget,memory_limited,best_family,best_family_us,pipeoffload_us,outcome,optimized_us,idle_cut,lower_bound_us,gap,wall_s,evaluations,stopped_by_time\n";
+    for (const Row& r : rows) {
+      const double cut = r.baseline_idle_us > 0 && r.outcome != "infeasible" ? 1 - r.optimized_idle_us / r.baseline_idle_us : 0;
+      results.push_back({{"instance", r.name}, {"devices", r.devices}, {"microbatches", r.microbatches}, {"budget", r.budget},
+                         {"memory_limited", r.memory_limited}, {"best_family", r.baseline}, {"best_family_us", r.baseline_us},
+                         {"pipeoffload_us", r.pipeoffload_us}, {"outcome", r.outcome}, {"optimized_us", r.optimized_us},
+                         {"idle_cut", cut}, {"lower_bound_us", r.bound_us}, {"gap", r.gap}, {"wall_s", r.wall_s},
+                         {"evaluations", r.evaluations}, {"stopped_by_time", r.stopped_by_time}});
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.4f},{},{:.4f},{:.2f},{},{}\n", r.name, r.devices, r.microbatches,
+                         r.budget, r.memory_limited, r.baseline, r.baseline_us, r.pipeoffload_us, r.outcome, r.optimized_us,
+                         cut, r.bound_us, r.gap, r.wall_s, r.evaluations, r.stopped_by_time);
+    }
+    if (!out_path.empty()) {
+      json doc = {{"suite", suite_path}, {"time_limit_s", options.time_limit_s}, {"threads", options.threads},
+                  {"seed", options.seed}, {"quick", quick}, {"results", results}};
+      if (Status s = write_text_file(out_path, doc.dump(1) + "\n"); !s.ok()) std::fprintf(stderr, "bench_suite: %s\n", s.message.c_str());
+    }
+    if (!csv_path.empty())
+      if (Status s = write_text_file(csv_path, csv); !s.ok()) std::fprintf(stderr, "bench_suite: %s\n", s.message.c_str());
+  }
+  if (violations > 0) {
+    std::printf("%d invariant violation(s)\n", violations);
+    return 1;
+  }
+  return 0;
+}
