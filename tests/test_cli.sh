@@ -89,6 +89,25 @@ python3 -c 'import json; p=json.load(open("'"$tmp/p.json"'")); [d.update(mem_bud
 check "optimize infeasible exits 3" 3 "nothing found fits the budget" -- "$bin" optimize --problem "$tmp/nofit.json" --max-evaluations 2000 -q
 check "optimize progress on stderr" 0 "candidates" -- "$bin" optimize --max-evaluations 2000
 
+# plan: cost model → families + optimizer → one table.
+check "plan" 0 "optimized" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 30GiB -q --time-limit 20 -o "$tmp/plan.json" --report "$tmp/plan.html"
+grep -q "Optimized" "$tmp/plan.html" && echo "ok   plan --report charts the optimized schedule" || { echo "FAIL plan report"; failures=$((failures + 1)); }
+"$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 30GiB -q --json -o "$tmp/plan2.json" > "$tmp/plan_result.json"
+python3 - "$tmp/plan_result.json" <<'PY' || failures=$((failures + 1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+rows = {x["schedule"]: x for x in r["schedules"]}
+assert "optimized" in rows and rows["optimized"]["fits_budget"], rows.get("optimized")
+fitting = [x["makespan_us"] for n, x in rows.items() if n != "optimized" and x.get("fits_budget")]
+assert not fitting or rows["optimized"]["makespan_us"] <= min(fitting) + 1e-6
+assert rows["optimized"]["lower_bound_us"] <= rows["optimized"]["makespan_us"]
+print("ok   plan --json: the optimized schedule fits and is not slower than any fitting family")
+PY
+check "plan unknown model" 1 "unknown model" -- "$bin" plan --model gpt-9000
+check "plan bad budget" 1 "--budget" -- "$bin" plan --budget lots
+check "plan bad cluster" 1 "unknown GPU" -- "$bin" plan --cluster 8xtpu
+check "plan too small a budget" 3 "nothing found fits" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 10GiB -q
+
 # Usage errors: exit 2.
 check "optimize bad threads" 2 "" -- "$bin" optimize --threads 0
 check "unknown export format" 2 "" -- "$bin" export --family zb-v --format pdf
