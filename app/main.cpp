@@ -361,6 +361,7 @@ struct PlanArgs {
   int microbatches = 0;
   int microbatch_size = 1;
   int gpus_per_host_link = 0;  // 0: the cluster preset's
+  bool no_flash_attention = false;  // keep the attention scores (no selective recompute)
 };
 
 // The main job: model + cluster + budget → every family and the optimizer, one table, the
@@ -372,6 +373,8 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
     for (const ModelSpec& m : model_presets()) known += (known.empty() ? "" : ", ") + m.name;
     return fail(Status::Invalid("unknown model \"" + a.model + "\" (known: " + known + ")"));
   }
+  ModelSpec model_spec = *model;
+  model_spec.flash_attention = !a.no_flash_attention;
   Result<ClusterSpec> cluster = find_cluster(a.cluster);
   if (!cluster.ok()) return fail(cluster.status);
   if (a.gpus_per_host_link > 0) cluster.value.gpus_per_host_link = a.gpus_per_host_link;
@@ -381,7 +384,7 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
   plan.partition = a.partition == "uniform" ? Partition::kUniform : Partition::kBalanced;
   if (!a.budget.empty() && !parse_bytes(a.budget, &plan.mem_budget_bytes))
     return fail(Status::Invalid("--budget: expected a size such as 60GiB, got \"" + a.budget + "\""));
-  Result<Problem> problem = build_problem(*model, cluster.value, plan);
+  Result<Problem> problem = build_problem(model_spec, cluster.value, plan);
   if (!problem.ok()) return fail(problem.status);
   if (!a.profile_path.empty()) {
     Result<std::string> text = read_text_file(a.profile_path);
@@ -555,6 +558,8 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--partition", plan.partition, "layers over stages")->check(CLI::IsMember({"balanced", "uniform"}));
   plan_cmd->add_option("--gpus-per-host-link", plan.gpus_per_host_link, "GPUs sharing one host link")->check(CLI::Range(1, 4096));
   plan_cmd->add_option("--profile", plan.profile_path, "measured profile JSON overriding the formulas");
+  plan_cmd->add_flag("--no-flash-attention", plan.no_flash_attention,
+                     "keep attention scores for backward (no selective recompute): 5as²b more bytes a layer");
   plan_cmd->add_option("--time-limit", opt.time_limit_s, "optimizer seconds")->check(CLI::Range(0.01, 1e6));
   plan_cmd->add_option("--seed", opt.seed, "random seed");
   plan_cmd->add_option("--threads", opt.threads, "parallel searches")->check(CLI::Range(1, 256));
