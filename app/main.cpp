@@ -358,6 +358,7 @@ struct PlanArgs {
   std::string partition = "balanced";
   std::string report_path;
   std::string out_path = "optpipe_schedule.json";
+  std::string problem_out_path;
   int microbatches = 0;
   int microbatch_size = 1;
   int gpus_per_host_link = 0;  // 0: the cluster preset's
@@ -437,6 +438,8 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
 
   if (fits && !a.out_path.empty())
     if (Status st = write_text_file(a.out_path, schedule_to_json(r.schedule)); !st.ok()) return fail(st);
+  if (!a.problem_out_path.empty())
+    if (Status st = write_text_file(a.problem_out_path, problem_to_json(p)); !st.ok()) return fail(st);
   if (charts) {
     std::vector<ReportRow> report_rows;
     for (const FamilyRun& o : outcomes)
@@ -566,6 +569,7 @@ int main(int argc, char** argv) {
   plan_cmd->add_flag("--quiet,-q", quiet, "no progress on stderr");
   plan_cmd->add_option("--out,-o", plan.out_path, "where to write the best schedule");
   plan_cmd->add_option("--report", plan.report_path, "also write an HTML report here");
+  plan_cmd->add_option("--problem-out", plan.problem_out_path, "also write the problem built from the model (for simulate, optimize, ...)");
   add_json(plan_cmd);
 
   try {

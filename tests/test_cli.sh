@@ -103,6 +103,8 @@ assert not fitting or rows["optimized"]["makespan_us"] <= min(fitting) + 1e-6
 assert rows["optimized"]["lower_bound_us"] <= rows["optimized"]["makespan_us"]
 print("ok   plan --json: the optimized schedule fits and is not slower than any fitting family")
 PY
+check "plan writes its problem" 0 "" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 30GiB -q -o "$tmp/plan3.json" --problem-out "$tmp/plan_problem.json"
+check "plan's schedule on plan's problem fits" 0 "fits the budget" -- "$bin" simulate --schedule "$tmp/plan3.json" --problem "$tmp/plan_problem.json"
 check "plan unknown model" 1 "unknown model" -- "$bin" plan --model gpt-9000
 check "plan bad budget" 1 "--budget" -- "$bin" plan --budget lots
 check "plan bad cluster" 1 "unknown GPU" -- "$bin" plan --cluster 8xtpu
