@@ -7,6 +7,7 @@
 #include "optpipe/json_io.h"
 #include "optpipe/optimize.h"
 #include "optpipe/validate.h"
+#include "brute_force.h"
 
 using namespace optpipe;
 
@@ -141,63 +142,6 @@ TEST(Bounds, NoFamilyBeatsTheLowerBound) {
 
 // ---- against brute force ----
 
-namespace {
-
-// Every order of each device's F/B/W ops that respects its own dependencies, simulated; the
-// smallest makespan. Tiny problems only.
-double brute_force_makespan(const Problem& p) {
-  const int D = p.num_devices, M = p.num_microbatches;
-  std::vector<std::vector<std::vector<Op>>> orders(D);
-  for (int d = 0; d < D; d++) {
-    std::vector<Op> ops;
-    for (int i = 0; i < M; i++)
-      for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW}) ops.push_back({k, d, i});
-    std::vector<Op> cur;
-    std::vector<bool> used(ops.size(), false);
-    std::function<void()> extend = [&] {
-      if (cur.size() == ops.size()) {
-        orders[d].push_back(cur);
-        return;
-      }
-      for (size_t k = 0; k < ops.size(); k++) {
-        if (used[k]) continue;
-        const Op& op = ops[k];
-        // Own stage: F before B before W; microbatches of one kind in order (they are
-        // interchangeable, so this loses no makespan).
-        bool ready = true;
-        for (size_t j = 0; j < ops.size(); j++) {
-          if (used[j]) continue;
-          const Op& o = ops[j];
-          if (o.microbatch == op.microbatch && static_cast<int>(o.kind) < static_cast<int>(op.kind)) ready = false;
-          if (o.kind == op.kind && o.microbatch < op.microbatch) ready = false;
-        }
-        if (!ready) continue;
-        used[k] = true;
-        cur.push_back(op);
-        extend();
-        cur.pop_back();
-        used[k] = false;
-      }
-    };
-    extend();
-  }
-  double best = 0;
-  std::vector<size_t> pick(D, 0);
-  for (;;) {
-    Schedule s;
-    s.devices.resize(D);
-    for (int d = 0; d < D; d++) s.devices[d].compute = orders[d][pick[d]];
-    SimResult r = simulate(p, s, {.op_times = false});
-    if (r.ok() && (best == 0 || r.timeline.makespan_us < best)) best = r.timeline.makespan_us;
-    int d = 0;
-    while (d < D && ++pick[d] == orders[d].size()) pick[d++] = 0;
-    if (d == D) break;
-  }
-  return best;
-}
-
-}  // namespace
-
 TEST(Optimize, MatchesBruteForceOnTinyProblems) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 8; trial++) {
@@ -211,7 +155,7 @@ TEST(Optimize, MatchesBruteForceOnTinyProblems) {
       st.t_b_us = 100 + rng() % 600;
       st.t_w_us = 50 + rng() % 300;
     }
-    const double exact = brute_force_makespan(p);
+    const double exact = brute_force_makespan(p, false);
     OptimizeResult r = optimize(p, quick(20000, trial));
     expect_checked(r);
     // The search may also pick another placement, which can only be as good or better.

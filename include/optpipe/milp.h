@@ -1,0 +1,70 @@
+// milp.h — the OptPipe paper's mixed-integer model, built as plain data, solved on CBC.
+//
+// Continuous start times for every F, B and W; a binary for each pair of ops on one device whose
+// order nothing fixes (big-M disjunctions); memory checked at every allocation: static bytes
+// plus the deltas of every op ordered before it, within the budget. Made tractable the paper's
+// way: each stage runs its F's, B's and W's in microbatch order (first in, first out — no loss
+// for identical microbatches), orders implied on a device are not variables, and a warm start
+// and a time limit bound the solve. Activations are kept (offload and recompute are decided by
+// the heuristics only, so far); B and W are separate ops (a fused BW is B then W).
+//
+//   Result<MilpModel> m = build_milp(problem, {.memory = true});
+//   MilpSolution s = solve_milp(problem, m.value, {.time_limit_s = 30}, &warm_start);
+//   // s.schedule simulates to s.objective_us when s.outcome == Outcome::kOptimal
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "optpipe/optimize.h"
+#include "optpipe/problem.h"
+#include "optpipe/schedule.h"
+#include "optpipe/status.h"
+
+namespace optpipe {
+
+struct MilpOptions {
+  bool memory = true;  // false: orders only — the solve's bound then holds for every schedule of the placement
+  double time_limit_s = 10;
+  int threads = 1;
+  double horizon_us = 0;  // big-M and time bound; 0: all work and hops in sequence
+};
+
+struct MilpRow {
+  std::vector<int> cols;
+  std::vector<double> coefs;
+  double lb, ub;  // −/+ infinity for one-sided rows
+};
+
+struct MilpModel {
+  std::vector<double> col_lb, col_ub, objective;
+  std::vector<char> col_integer;
+  std::vector<MilpRow> rows;
+  std::vector<int> start_col;  // by op id: the start-time column of F/B/W ops, −1 otherwise
+  int makespan_col = -1;
+  // For warm starts: each order binary says "a before b" when 1.
+  struct Pair {
+    int col;
+    Op a, b;
+  };
+  std::vector<Pair> pairs;
+  size_t num_binaries() const { return pairs.size(); }
+};
+
+Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options);
+
+struct MilpSolution {
+  Status status;  // InvalidInput: no solution found (infeasible, or none within the limit)
+  bool proven_optimal = false;
+  double objective_us = 0;  // the makespan of the solver's solution
+  double bound_us = 0;      // the solver's proven lower bound on the model's optimum
+  Schedule schedule;        // ops ordered by their start times
+  int64_t nodes = 0;
+  double wall_s = 0;
+};
+
+// warm_start: a schedule of p without offloads or recomputes (fused BW allowed), or nullptr.
+MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions& options, const Schedule* warm_start);
+
+}  // namespace optpipe

@@ -1,0 +1,127 @@
+// The one file that talks to COIN-OR CBC: loads a MilpModel, warm-starts it, solves it within the
+// time limit, and turns the solution back into a schedule.
+#include <Cbc_C_Interface.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "optpipe/milp.h"
+#include "optpipe/simulate.h"
+
+namespace optpipe {
+
+namespace {
+
+// Each device's F/B/W in the order of their start times (ties: the order their dependencies need).
+Schedule schedule_from_starts(const Problem& p, const MilpModel& m, const double* x) {
+  Schedule s;
+  s.placement = p.placement;
+  s.chunks_per_device = p.chunks_per_device;
+  s.devices.resize(p.num_devices);
+  for (int id = 0; id < num_op_ids(p); id++)
+    if (m.start_col[id] >= 0) {
+      const Op op = op_from_id(p, id);
+      s.devices[p.device_of(op.stage)].compute.push_back(op);
+    }
+  for (DeviceSchedule& ds : s.devices)
+    std::stable_sort(ds.compute.begin(), ds.compute.end(), [&](const Op& a, const Op& b) {
+      const double sa = x[m.start_col[op_id(p, a)]], sb = x[m.start_col[op_id(p, b)]];
+      if (std::fabs(sa - sb) > 1e-6) return sa < sb;
+      return a.microbatch != b.microbatch ? a.microbatch < b.microbatch : a.kind < b.kind;
+    });
+  return s;
+}
+
+}  // namespace
+
+MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions& options, const Schedule* warm_start) {
+  const auto t0 = std::chrono::steady_clock::now();
+  MilpSolution out;
+  const int n = static_cast<int>(m.col_lb.size());
+
+  // Column-major matrix for Cbc_loadProblem.
+  std::vector<std::vector<std::pair<int, double>>> by_col(n);
+  std::vector<double> row_lb, row_ub;
+  for (size_t r = 0; r < m.rows.size(); r++) {
+    const MilpRow& row = m.rows[r];
+    for (size_t k = 0; k < row.cols.size(); k++) by_col[row.cols[k]].push_back({static_cast<int>(r), row.coefs[k]});
+    row_lb.push_back(std::isinf(row.lb) ? -std::numeric_limits<double>::max() : row.lb);
+    row_ub.push_back(std::isinf(row.ub) ? std::numeric_limits<double>::max() : row.ub);
+  }
+  std::vector<CoinBigIndex> starts{0};
+  std::vector<int> index;
+  std::vector<double> value;
+  for (const auto& c : by_col) {
+    for (const auto& [r, v] : c) {
+      index.push_back(r);
+      value.push_back(v);
+    }
+    starts.push_back(static_cast<CoinBigIndex>(index.size()));
+  }
+
+  Cbc_Model* model = Cbc_newModel();
+  Cbc_loadProblem(model, n, static_cast<int>(m.rows.size()), starts.data(), index.data(), value.data(), m.col_lb.data(),
+                  m.col_ub.data(), m.objective.data(), row_lb.data(), row_ub.data());
+  for (int c = 0; c < n; c++)
+    if (m.col_integer[c]) Cbc_setInteger(model, c);
+  Cbc_setParameter(model, "log", "0");
+  Cbc_setParameter(model, "timeMode", "elapsed");  // else the limit counts CPU seconds
+  Cbc_setParameter(model, "sec", std::to_string(options.time_limit_s).c_str());
+  Cbc_setParameter(model, "threads", std::to_string(options.threads).c_str());
+
+  if (warm_start) {
+    // Times from simulating the warm start; orders from its per-device lists.
+    SimResult sim = simulate(p, *warm_start);
+    if (sim.ok()) {
+      std::vector<double> x(n, 0);
+      std::vector<int> position(num_op_ids(p), -1);
+      bool usable = true;
+      for (const DeviceSchedule& ds : warm_start->devices) {
+        usable = usable && ds.offloads.empty();
+        for (size_t k = 0; k < ds.compute.size(); k++) {
+          const Op& op = ds.compute[k];
+          if (op.kind == OpKind::kR) usable = false;
+          if (op.kind == OpKind::kBW) {  // B then W, back to back
+            const Op b{OpKind::kB, op.stage, op.microbatch}, w{OpKind::kW, op.stage, op.microbatch};
+            x[m.start_col[op_id(p, b)]] = sim.timeline.start_us[op_id(p, op)];
+            x[m.start_col[op_id(p, w)]] = sim.timeline.start_us[op_id(p, op)] + p.stages[op.stage].t_b_us;
+            position[op_id(p, b)] = static_cast<int>(2 * k);
+            position[op_id(p, w)] = static_cast<int>(2 * k + 1);
+          } else if (m.start_col[op_id(p, op)] >= 0) {
+            x[m.start_col[op_id(p, op)]] = sim.timeline.start_us[op_id(p, op)];
+            position[op_id(p, op)] = static_cast<int>(2 * k);
+          }
+        }
+      }
+      x[m.makespan_col] = sim.timeline.makespan_us;
+      for (const MilpModel::Pair& pr : m.pairs) x[pr.col] = position[op_id(p, pr.a)] < position[op_id(p, pr.b)] ? 1 : 0;
+      if (usable) {
+        std::vector<int> cols(n);
+        for (int c = 0; c < n; c++) cols[c] = c;
+        Cbc_setMIPStartI(model, n, cols.data(), x.data());
+      }
+    }
+  }
+
+  Cbc_solve(model);
+  const double* x = Cbc_bestSolution(model);
+  out.nodes = Cbc_getNodeCount(model);
+  out.bound_us = Cbc_getBestPossibleObjValue(model);
+  if (!x) {
+    out.status = Cbc_isProvenInfeasible(model) ? Status::Infeasible("the MILP has no solution: nothing fits the budget")
+                                               : Status::Invalid("the MILP found no solution within its time limit");
+  } else {
+    out.objective_us = Cbc_getObjValue(model);
+    out.proven_optimal = Cbc_isProvenOptimal(model);
+    if (out.proven_optimal) out.bound_us = std::max(out.bound_us, out.objective_us * (1 - 1e-9));
+    out.schedule = schedule_from_starts(p, m, x);
+  }
+  Cbc_deleteModel(model);
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace optpipe
