@@ -162,3 +162,33 @@ TEST(Optimize, MatchesBruteForceOnTinyProblems) {
     EXPECT_LE(r.timeline.makespan_us, exact + 1e-6) << "trial " << trial << " M=" << u.num_microbatches;
   }
 }
+
+TEST(Optimize, ExactProvesOptimalityOnTinyProblems) {
+  std::mt19937 rng(21);
+  int proven = 0, open_gaps = 0;
+  for (int trial = 0; trial < 12; trial++) {
+    UniformSpec u;
+    u.num_devices = 2;
+    u.num_microbatches = 2 + static_cast<int>(rng() % 2);
+    u.t_comm_us = rng() % 2 ? 0 : 40;
+    Problem p = make_uniform_problem(u);
+    for (StageSpec& st : p.stages) {
+      st.t_f_us = 100 + rng() % 400;
+      st.t_b_us = 100 + rng() % 600;
+      st.t_w_us = 50 + rng() % 300;
+    }
+    OptimizeResult heuristic = optimize(p, quick(20000, trial));
+    if (heuristic.gap == 0) continue;  // the simple bound already proves it
+    if (++open_gaps > 4) break;  // enough, at ~3 s each
+    OptimizeOptions o = quick(20000, trial);
+    o.exact = true;
+    OptimizeResult r = optimize(p, o);
+    expect_checked(r);
+    EXPECT_GT(r.stats.exact_solves, 0);
+    EXPECT_GE(r.lower_bound_us + 1e-6, heuristic.lower_bound_us);
+    EXPECT_LE(r.timeline.makespan_us, heuristic.timeline.makespan_us + 1e-6);
+    proven += r.outcome == Outcome::kOptimal;
+  }
+  EXPECT_EQ(open_gaps, 5);  // the test must exercise the MILP
+  EXPECT_EQ(proven, 4);
+}

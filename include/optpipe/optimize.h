@@ -51,6 +51,9 @@ struct OptimizeOptions {
   uint64_t seed = 0;
   int threads = 1;
   std::function<void(const Progress&)> progress;  // called about twice a second, and at the end
+  // After the search, spend the time left on the MILP (small problems only): to improve the
+  // schedule in its placement, and to prove a tighter lower bound in every placement searched.
+  bool exact = false;
 };
 
 struct OptimizeStats {
@@ -65,6 +68,8 @@ struct OptimizeStats {
   double baseline_makespan_us = 0;
   double baseline_idle_us = 0;  // summed over devices
   std::vector<std::string> placements_searched;
+  int exact_solves = 0;     // MILP solves run (OptimizeOptions::exact)
+  int64_t exact_nodes = 0;  // their branch-and-bound nodes
 };
 
 struct OptimizeResult {
@@ -73,7 +78,8 @@ struct OptimizeResult {
   Problem problem;    // the input re-cut to the schedule's placement
   Schedule schedule;  // the best found (over budget when the outcome is kInfeasible)
   Timeline timeline;  // its simulation, with op times and memory curves
-  double lower_bound_us = 0;  // no schedule of the placements searched can be faster
+  double lower_bound_us = 0;  // no schedule of the placements searched can be faster (the
+                              // simple bound, or the MILP's proven one with `exact`)
   double gap = 0;             // (makespan − bound) / makespan
   // Per device: the budget the returned schedule needs (its peak) and a proven lower bound on
   // what any schedule needs. Filled in every outcome.
