@@ -343,7 +343,8 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
       std::printf(")\n");
     }
     if (r.stats.exact_solves > 0)
-      std::printf("MILP (CBC): %d solve(s), %lld nodes\n", r.stats.exact_solves, static_cast<long long>(r.stats.exact_nodes));
+      std::printf("exact models (CP on Gecode, MILP on CBC): %d solve(s), %lld nodes\n", r.stats.exact_solves,
+                  static_cast<long long>(r.stats.exact_nodes));
     std::printf("search: %lld candidates in %.2f s, %lld improvements, seed %llu, %d thread(s)%s\n\n",
                 static_cast<long long>(r.stats.evaluations), r.stats.wall_s, static_cast<long long>(r.stats.improvements),
                 static_cast<unsigned long long>(options.seed), options.threads,
@@ -552,7 +553,7 @@ int main(int argc, char** argv) {
   optimize_cmd->add_option("--seed", opt.seed, "random seed");
   optimize_cmd->add_option("--threads", opt.threads, "parallel searches")->check(CLI::Range(1, 256));
   optimize_cmd->add_flag("--quiet,-q", quiet, "no progress on stderr");
-  optimize_cmd->add_flag("--exact", opt.exact, "then the MILP on CBC (small problems): a better schedule or a tighter bound");
+  optimize_cmd->add_flag("--exact", opt.exact, "then the exact models (CP on Gecode, MILP on CBC; small problems): a better schedule or a tighter bound");
   optimize_cmd->add_option("--out,-o", out_path, "write the schedule JSON here");
   add_json(optimize_cmd);
 
@@ -572,7 +573,7 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--seed", opt.seed, "random seed");
   plan_cmd->add_option("--threads", opt.threads, "parallel searches")->check(CLI::Range(1, 256));
   plan_cmd->add_flag("--quiet,-q", quiet, "no progress on stderr");
-  plan_cmd->add_flag("--exact", opt.exact, "then the MILP on CBC (small problems): a better schedule or a tighter bound");
+  plan_cmd->add_flag("--exact", opt.exact, "then the exact models (CP on Gecode, MILP on CBC; small problems): a better schedule or a tighter bound");
   plan_cmd->add_option("--out,-o", plan.out_path, "where to write the best schedule");
   plan_cmd->add_option("--report", plan.report_path, "also write an HTML report here");
   plan_cmd->add_option("--problem-out", plan.problem_out_path, "also write the problem built from the model (for simulate, optimize, ...)");

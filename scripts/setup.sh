@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev
-          pybind11-dev python3-dev coinor-libcbc-dev)
+          pybind11-dev python3-dev coinor-libcbc-dev libgecode-dev)
 if [ "${1:-}" = "--test" ]; then
   packages+=(chromium)
 fi

@@ -6,6 +6,7 @@
 
 #include "brute_force.h"
 #include "optpipe/families.h"
+#include "optpipe/cp.h"
 #include "optpipe/milp.h"
 #include "optpipe/validate.h"
 
@@ -96,4 +97,48 @@ TEST(Milp, NothingFitsIsInfeasible) {
   Result<MilpModel> m = build_milp(p, {.memory = true});
   EXPECT_FALSE(m.ok());
   EXPECT_EQ(m.status.code, StatusCode::kInfeasible);
+}
+
+// ---- the CP model on Gecode, against the MILP and brute force ----
+
+TEST(Cp, AgreesWithTheMilpAndBruteForce) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 6; trial++) {
+    Problem p = tiny(rng, 2 + trial % 2);
+    CpSolution cp = solve_cp(p, {.memory = false, .time_limit_s = 60});
+    ASSERT_TRUE(cp.status.ok()) << cp.status.message;
+    EXPECT_TRUE(cp.proven_optimal);
+    const double exact = brute_force_makespan(p, false);
+    EXPECT_NEAR(cp.objective_us, exact, 1e-4) << "trial " << trial;
+    EXPECT_NEAR(cp.bound_us, exact, 1e-4) << "trial " << trial;  // integer durations: no rounding
+    EXPECT_TRUE(validate(p, cp.schedule).ok());
+  }
+}
+
+TEST(Cp, RespectsTheMemoryBudgetLikeTheMilp) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 4; trial++) {
+    Problem p = tiny(rng, 3);
+    for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 2 * p.stages[0].act_f_bytes;
+    CpSolution cp = solve_cp(p, {.memory = true, .time_limit_s = 60});
+    ASSERT_TRUE(cp.status.ok()) << cp.status.message;
+    EXPECT_TRUE(cp.proven_optimal);
+    Result<MilpModel> m = build_milp(p, {.memory = true});
+    ASSERT_TRUE(m.ok());
+    MilpSolution milp = solve_milp(p, m.value, {.memory = true, .time_limit_s = 60}, nullptr);
+    ASSERT_TRUE(milp.status.ok());
+    EXPECT_NEAR(cp.objective_us, milp.objective_us, 1e-4) << "trial " << trial;
+    EXPECT_NEAR(cp.objective_us, brute_force_makespan(p, true), 1e-4) << "trial " << trial;
+    Validation v = validate(p, cp.schedule);  // within the budget
+    EXPECT_TRUE(v.ok()) << v.summary();
+  }
+}
+
+TEST(Cp, NothingFitsIsInfeasible) {
+  std::mt19937 rng(9);
+  Problem p = tiny(rng, 2);
+  for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + p.stages[0].act_f_bytes / 2;
+  CpSolution cp = solve_cp(p, {.memory = true, .time_limit_s = 10});
+  EXPECT_EQ(cp.status.code, StatusCode::kInfeasible) << cp.status.message;
+  EXPECT_FALSE(cp.status.ok());
 }

@@ -51,8 +51,9 @@ struct OptimizeOptions {
   uint64_t seed = 0;
   int threads = 1;
   std::function<void(const Progress&)> progress;  // called about twice a second, and at the end
-  // After the search, spend the time left on the MILP (small problems only): to improve the
-  // schedule in its placement, and to prove a tighter lower bound in every placement searched.
+  // After the search, spend the time left on the exact models (the CP model on Gecode, the MILP
+  // on CBC; small problems only): to improve the schedule in its placement, and to prove a
+  // tighter lower bound in every placement searched.
   bool exact = false;
 };
 
@@ -68,7 +69,7 @@ struct OptimizeStats {
   double baseline_makespan_us = 0;
   double baseline_idle_us = 0;  // summed over devices
   std::vector<std::string> placements_searched;
-  int exact_solves = 0;     // MILP solves run (OptimizeOptions::exact)
+  int exact_solves = 0;     // CP and MILP solves run (OptimizeOptions::exact)
   int64_t exact_nodes = 0;  // their branch-and-bound nodes
 };
 

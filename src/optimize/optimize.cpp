@@ -6,6 +6,7 @@
 
 #include "optimize/list_scheduler.h"
 #include "optimize/search.h"
+#include "optpipe/cp.h"
 #include "optpipe/milp.h"
 #include "optpipe/families.h"
 #include "optpipe/optimize.h"
@@ -90,38 +91,51 @@ void add_greedy_starts(const Problem& p, Clock::time_point deadline, bool* out_o
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The MILP on small problems, in the time left: first in the winner's placement with the budget
-// (warm-started from the winner), whose schedule replaces the winner's when faster and fitting;
-// then without the budget in every placement searched, whose proven bounds hold for every
-// schedule of that placement, offloads and recomputes included.
+// The exact models on small problems, in the time left. To improve the winner in its placement:
+// the CP model and the MILP with the budget (the MILP warm-started from the winner); a faster
+// solution that fits replaces it. To prove bounds in every placement searched whose simple bound
+// is below the winner: the CP model without the budget, then, if it did not finish, the MILP's
+// relaxation — both hold for every schedule of the placement, offloads and recomputes included.
 void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::vector<const Problem*>* problems,
                std::vector<double>* bounds, OptimizeResult* out) {
   Score current;
   OPTPIPE_CHECK(score_schedule(out->problem, out->schedule, &current), "the winner must simulate");
-  // Only placements whose bound is below the winner's makespan can move the overall bound.
   std::vector<size_t> open;
   for (size_t k = 0; k < problems->size(); k++)
     if ((*bounds)[k] < current.makespan_us * (1 - 1e-12)) open.push_back(k);
   if (open.empty()) return;  // already proven optimal
-  const double share = (options.time_limit_s - seconds_since(t0)) / (1 + open.size());
+  const double share = (options.time_limit_s - seconds_since(t0)) / (2 + 2 * open.size());
   if (share < 0.05) return;
+  auto consider = [&](const Status& st, Schedule& candidate, const char* how) {
+    Score sc;
+    if (st.ok() && score_schedule(out->problem, candidate, &sc) && sc < current) {
+      current = sc;
+      out->schedule = std::move(candidate);
+      out->stats.start_family += how;
+    }
+  };
+  CpSolution cp = solve_cp(out->problem, {.memory = true, .time_limit_s = share});
+  out->stats.exact_solves++;
+  out->stats.exact_nodes += cp.nodes;
+  consider(cp.status, cp.schedule, " +cp");
   Result<MilpModel> model = build_milp(out->problem, {.memory = true});
   if (model.ok() && model.value.num_binaries() <= kMaxExactBinaries) {
-    MilpOptions mo{.memory = true, .time_limit_s = share, .threads = options.threads};
-    MilpSolution sol = solve_milp(out->problem, model.value, mo, &out->schedule);
+    MilpSolution sol = solve_milp(out->problem, model.value, {.memory = true, .time_limit_s = share, .threads = options.threads},
+                                  &out->schedule);
     out->stats.exact_solves++;
     out->stats.exact_nodes += sol.nodes;
-    Score sc;
-    if (sol.status.ok() && score_schedule(out->problem, sol.schedule, &sc) && sc < current) {
-      out->schedule = std::move(sol.schedule);
-      out->stats.start_family += " +milp";
-    }
+    consider(sol.status, sol.schedule, " +milp");
   }
   for (size_t k : open) {
-    Result<MilpModel> relaxed = build_milp(*(*problems)[k], {.memory = false});
-    if (!relaxed.ok() || relaxed.value.num_binaries() > kMaxExactBinaries) continue;
-    MilpOptions mo{.memory = false, .time_limit_s = share, .threads = options.threads};
-    MilpSolution sol = solve_milp(*(*problems)[k], relaxed.value, mo, nullptr);
+    const Problem& pk = *(*problems)[k];
+    CpSolution relaxed = solve_cp(pk, {.memory = false, .time_limit_s = share});
+    out->stats.exact_solves++;
+    out->stats.exact_nodes += relaxed.nodes;
+    if (relaxed.bound_us > (*bounds)[k]) (*bounds)[k] = relaxed.bound_us;
+    if (relaxed.proven_optimal) continue;
+    Result<MilpModel> m = build_milp(pk, {.memory = false});
+    if (!m.ok() || m.value.num_binaries() > kMaxExactBinaries) continue;
+    MilpSolution sol = solve_milp(pk, m.value, {.memory = false, .time_limit_s = share, .threads = options.threads}, nullptr);
     out->stats.exact_solves++;
     out->stats.exact_nodes += sol.nodes;
     if (sol.bound_us > (*bounds)[k]) (*bounds)[k] = sol.bound_us;

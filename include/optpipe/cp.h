@@ -1,0 +1,41 @@
+// cp.h — a constraint-programming model of the same problem, solved with Gecode.
+//
+// Start times on an integer grid; a unary resource per device for its F, B and W; precedences as
+// in the simulator; memory as a cumulative resource over activation lifetimes (F's start to B's
+// end for what B frees, to W's end for what W frees); minimize the makespan by branch and bound
+// over start times. Durations are rounded down to the grid and memory heights up to whole MiB,
+// so with `memory = false` the proven optimum is a lower bound for every schedule of the
+// placement (offloads and recomputes included), and with `memory = true` every solution truly
+// fits. Like the MILP: kept activations, B and W separate, first in first out per stage.
+//
+//   CpSolution s = solve_cp(problem, {.memory = false, .time_limit_s = 5});
+//   if (s.proven_optimal) bound = s.bound_us;
+#pragma once
+
+#include <cstdint>
+
+#include "optpipe/problem.h"
+#include "optpipe/schedule.h"
+#include "optpipe/status.h"
+
+namespace optpipe {
+
+struct CpOptions {
+  bool memory = true;
+  double time_limit_s = 10;
+  double unit_us = 0;  // grid; 0: 1 µs, coarser for long horizons (at most 1e8 steps)
+};
+
+struct CpSolution {
+  Status status;  // InvalidInput/Infeasible: no solution found
+  bool proven_optimal = false;  // the search finished
+  double objective_us = 0;  // the simulated makespan of `schedule`
+  double bound_us = 0;      // proven: no schedule of the placement (memory = false) is faster
+  Schedule schedule;
+  int64_t nodes = 0;
+  double wall_s = 0;
+};
+
+CpSolution solve_cp(const Problem& p, const CpOptions& options);
+
+}  // namespace optpipe

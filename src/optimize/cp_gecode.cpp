@@ -1,0 +1,201 @@
+// The one file that talks to Gecode: the CP model of cp.h, its branch-and-bound search under a
+// time limit, and the schedule read back from the best solution.
+#include <gecode/int.hh>
+#include <gecode/minimodel.hh>
+#include <gecode/search.hh>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "optpipe/cp.h"
+#include "optpipe/simulate.h"
+
+namespace optpipe {
+
+namespace {
+
+using namespace Gecode;
+
+// The model's numbers, on the integer grid.
+struct Grid {
+  std::vector<Op> ops;                  // every F, B, W
+  std::vector<int> index;               // op id → position in ops, −1 otherwise
+  std::vector<int> dur;                 // per op, in grid steps (rounded down)
+  int horizon = 0;
+  double unit_us = 1;
+};
+
+class PipeSpace : public IntMinimizeSpace {
+ public:
+  IntVarArray start;
+  IntVar makespan;
+
+  PipeSpace(const Problem& p, const Grid& g, bool memory) : start(*this, static_cast<int>(g.ops.size()), 0, g.horizon),
+                                                             makespan(*this, 0, g.horizon) {
+    const int S = p.num_stages(), M = p.num_microbatches;
+    auto var = [&](OpKind k, int s, int i) { return start[g.index[op_id(p, Op{k, s, i})]]; };
+    auto d = [&](OpKind k, int s, int i) { return g.dur[g.index[op_id(p, Op{k, s, i})]]; };
+    const int hop = static_cast<int>(std::floor(p.t_comm_us / g.unit_us));
+    auto hop_between = [&](int a, int b) { return p.device_of(a) == p.device_of(b) ? 0 : hop; };
+    for (int s = 0; s < S; s++)
+      for (int i = 0; i < M; i++) {
+        if (s > 0) rel(*this, var(OpKind::kF, s, i) >= var(OpKind::kF, s - 1, i) + d(OpKind::kF, s - 1, i) + hop_between(s - 1, s));
+        rel(*this, var(OpKind::kB, s, i) >= var(OpKind::kF, s, i) + d(OpKind::kF, s, i));
+        if (s + 1 < S)
+          rel(*this, var(OpKind::kB, s, i) >= var(OpKind::kB, s + 1, i) + d(OpKind::kB, s + 1, i) + hop_between(s + 1, s));
+        rel(*this, var(OpKind::kW, s, i) >= var(OpKind::kB, s, i) + d(OpKind::kB, s, i));
+        rel(*this, makespan >= var(OpKind::kW, s, i) + d(OpKind::kW, s, i));
+        if (i + 1 < M)
+          for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW}) rel(*this, var(k, s, i + 1) >= var(k, s, i) + d(k, s, i));
+      }
+    for (int dev = 0; dev < p.num_devices; dev++) {
+      IntVarArgs starts;
+      IntArgs durs;
+      for (size_t k = 0; k < g.ops.size(); k++)
+        if (p.device_of(g.ops[k].stage) == dev) {
+          starts << start[static_cast<int>(k)];
+          durs << g.dur[k];
+        }
+      unary(*this, starts, durs);
+      if (!memory) continue;
+      // What B frees lives from F's start to B's end; what W frees, to W's end. Heights in MiB,
+      // rounded up; the capacity rounded down. A task taller than the capacity never fits
+      // (Gecode would refuse to post it).
+      constexpr double kMiB = 1 << 20;
+      const double room = static_cast<double>(p.devices[dev].mem_budget_bytes - p.devices[dev].static_bytes) / kMiB;
+      const int capacity = room < 0 ? -1 : static_cast<int>(std::floor(std::min(room, 1e9)));
+      IntVarArgs ts, tp, te;
+      IntArgs height;
+      bool too_tall = capacity < 0;
+      auto task = [&](IntVar from, IntVar to_start, int to_dur, int64_t bytes) {
+        if (bytes <= 0) return;
+        const double h = std::ceil(bytes / kMiB);
+        if (h > capacity) {
+          too_tall = true;
+          return;
+        }
+        IntVar e = expr(*this, to_start + to_dur);
+        IntVar len = expr(*this, e - from);
+        ts << from;
+        tp << len;
+        te << e;
+        height << static_cast<int>(h);
+      };
+      for (int s = 0; s < S; s++) {
+        if (p.device_of(s) != dev) continue;
+        const StageSpec& st = p.stages[s];
+        for (int i = 0; i < M; i++) {
+          task(var(OpKind::kF, s, i), var(OpKind::kB, s, i), d(OpKind::kB, s, i), -st.act_b_bytes);
+          task(var(OpKind::kF, s, i), var(OpKind::kW, s, i), d(OpKind::kW, s, i), -st.act_w_bytes);
+        }
+      }
+      if (too_tall) {
+        fail();
+        return;
+      }
+      if (ts.size() > 0) cumulative(*this, capacity, ts, tp, te, height);
+    }
+    branch(*this, start, INT_VAR_MIN_MIN(), INT_VAL_MIN());
+    branch(*this, makespan, INT_VAL_MIN());  // fixed last, at the latest end
+  }
+
+  PipeSpace(PipeSpace& other) : IntMinimizeSpace(other) {
+    start.update(*this, other.start);
+    makespan.update(*this, other.makespan);
+  }
+  Space* copy() override { return new PipeSpace(*this); }
+  IntVar cost() const override { return makespan; }
+};
+
+CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CpSolution out;
+  out.status = check_problem(p);
+  if (!out.status.ok()) return out;
+  const int S = p.num_stages(), M = p.num_microbatches;
+  double total_us = 2.0 * S * M * p.t_comm_us;
+  for (const StageSpec& st : p.stages) total_us += M * (st.t_f_us + st.t_b_us + st.t_w_us);
+  Grid g;
+  // The grid: the coarsest 2^-k µs on which every duration and hop is exact (re-cut stages have
+  // halves), within 1e8 steps; else as fine as 1e8 steps allow, durations rounded down.
+  g.unit_us = options.unit_us > 0 ? options.unit_us : std::max(1.0, total_us / 1e8);
+  if (options.unit_us <= 0) {
+    auto exact_on = [&](double unit) {
+      auto whole = [&](double us) { return std::fabs(us / unit - std::round(us / unit)) < 1e-6; };
+      if (!whole(p.t_comm_us)) return false;
+      for (const StageSpec& st : p.stages)
+        if (!whole(st.t_f_us) || !whole(st.t_b_us) || !whole(st.t_w_us)) return false;
+      return true;
+    };
+    for (double unit = 1; total_us / unit <= 1e8 && unit >= 1.0 / 1024; unit /= 2)
+      if (exact_on(unit)) {
+        g.unit_us = unit;
+        break;
+      }
+  }
+  g.horizon = static_cast<int>(std::ceil(total_us / g.unit_us)) + 1;
+  g.index.assign(num_op_ids(p), -1);
+  for (int s = 0; s < S; s++)
+    for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW})
+      for (int i = 0; i < M; i++) {
+        const Op op{k, s, i};
+        g.index[op_id(p, op)] = static_cast<int>(g.ops.size());
+        g.ops.push_back(op);
+        const StageSpec& st = p.stages[s];
+        const double us = k == OpKind::kF ? st.t_f_us : k == OpKind::kB ? st.t_b_us : st.t_w_us;
+        g.dur.push_back(static_cast<int>(std::floor(us / g.unit_us)));
+      }
+
+  auto root = std::make_unique<PipeSpace>(p, g, options.memory);
+  if (root->status() == SS_FAILED) {
+    out.status = Status::Infeasible("the CP model has no solution: nothing fits the budget");
+    return out;
+  }
+  out.bound_us = root->makespan.min() * g.unit_us;  // what propagation alone proves
+  Search::Options so;
+  Search::TimeStop stop(static_cast<unsigned long>(std::max(1.0, options.time_limit_s * 1000)));
+  so.stop = &stop;
+  BAB<PipeSpace> engine(root.get(), so);
+  std::unique_ptr<PipeSpace> best;
+  while (PipeSpace* s = engine.next()) best.reset(s);
+  out.nodes = static_cast<int64_t>(engine.statistics().node);
+  out.proven_optimal = !engine.stopped();
+  if (!best) {
+    out.status = out.proven_optimal ? Status::Infeasible("the CP model has no solution: nothing fits the budget")
+                                    : Status::Invalid("the CP search found no solution within its time limit");
+  } else {
+    if (out.proven_optimal) out.bound_us = best->makespan.val() * g.unit_us;
+    out.schedule.placement = p.placement;
+    out.schedule.chunks_per_device = p.chunks_per_device;
+    out.schedule.devices.resize(p.num_devices);
+    for (const Op& op : g.ops) out.schedule.devices[p.device_of(op.stage)].compute.push_back(op);
+    for (DeviceSchedule& ds : out.schedule.devices)
+      std::stable_sort(ds.compute.begin(), ds.compute.end(), [&](const Op& a, const Op& b) {
+        const int sa = best->start[g.index[op_id(p, a)]].val(), sb = best->start[g.index[op_id(p, b)]].val();
+        if (sa != sb) return sa < sb;
+        return a.microbatch != b.microbatch ? a.microbatch < b.microbatch : a.kind < b.kind;
+      });
+    SimResult sim = simulate(p, out.schedule, {.op_times = false});
+    OPTPIPE_CHECK(sim.ok(), "a CP solution must simulate: " + sim.status.message);
+    out.objective_us = sim.timeline.makespan_us;
+  }
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace
+
+CpSolution solve_cp(const Problem& p, const CpOptions& options) {
+  try {
+    return solve_cp_or_throw(p, options);
+  } catch (const Gecode::Exception& e) {
+    // Gecode refuses what it cannot represent (e.g. values beyond its integer limits).
+    CpSolution out;
+    out.status = Status::Invalid(std::string("the CP model cannot be posted: ") + e.what());
+    return out;
+  }
+}
+
+}  // namespace optpipe
