@@ -3,12 +3,28 @@
 #pragma once
 
 #include <functional>
+#include <random>
 #include <vector>
 
 #include "optpipe/schedule.h"
 #include "optpipe/simulate.h"
 
 namespace optpipe {
+
+// Two devices, M microbatches, integer random costs, ample memory: small enough to enumerate.
+inline Problem tiny_problem(std::mt19937& rng, int M) {
+  UniformSpec u;
+  u.num_devices = 2;
+  u.num_microbatches = M;
+  u.t_comm_us = rng() % 2 ? 0 : 50;
+  Problem p = make_uniform_problem(u);
+  for (StageSpec& st : p.stages) {
+    st.t_f_us = 100 + rng() % 400;
+    st.t_b_us = 100 + rng() % 600;
+    st.t_w_us = 50 + rng() % 300;
+  }
+  return p;
+}
 
 // Every order of each device's F/B/W ops that respects its own dependencies, simulated; the
 // smallest makespan (of those within the budget, if asked; 0 if none). Tiny problems only.

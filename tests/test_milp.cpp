@@ -12,23 +12,6 @@
 
 using namespace optpipe;
 
-namespace {
-
-Problem tiny(std::mt19937& rng, int M) {
-  UniformSpec u;
-  u.num_devices = 2;
-  u.num_microbatches = M;
-  u.t_comm_us = rng() % 2 ? 0 : 50;
-  Problem p = make_uniform_problem(u);
-  for (StageSpec& st : p.stages) {
-    st.t_f_us = 100 + rng() % 400;
-    st.t_b_us = 100 + rng() % 600;
-    st.t_w_us = 50 + rng() % 300;
-  }
-  return p;
-}
-
-}  // namespace
 
 TEST(Milp, ModelShape) {
   UniformSpec u;
@@ -52,7 +35,7 @@ TEST(Milp, ModelShape) {
 TEST(Milp, OptimalAndEqualToBruteForceAndToTheSimulator) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 6; trial++) {
-    Problem p = tiny(rng, 2 + trial % 2);
+    Problem p = tiny_problem(rng, 2 + trial % 2);
     Result<MilpModel> m = build_milp(p, {.memory = false});
     ASSERT_TRUE(m.ok());
     MilpSolution s = solve_milp(p, m.value, {.memory = false, .time_limit_s = 60}, nullptr);
@@ -69,7 +52,7 @@ TEST(Milp, OptimalAndEqualToBruteForceAndToTheSimulator) {
 TEST(Milp, RespectsTheMemoryBudget) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 4; trial++) {
-    Problem p = tiny(rng, 3);
+    Problem p = tiny_problem(rng, 3);
     // Room for two activations on device 0 (1F1B would keep up to two: D − d = 2, but the
     // schedules that are fastest without a budget keep three).
     for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 2 * p.stages[0].act_f_bytes;
@@ -92,7 +75,7 @@ TEST(Milp, RespectsTheMemoryBudget) {
 
 TEST(Milp, NothingFitsIsInfeasible) {
   std::mt19937 rng(9);
-  Problem p = tiny(rng, 2);
+  Problem p = tiny_problem(rng, 2);
   for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + p.stages[0].act_f_bytes / 2;
   Result<MilpModel> m = build_milp(p, {.memory = true});
   EXPECT_FALSE(m.ok());
@@ -104,7 +87,7 @@ TEST(Milp, NothingFitsIsInfeasible) {
 TEST(Cp, AgreesWithTheMilpAndBruteForce) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 6; trial++) {
-    Problem p = tiny(rng, 2 + trial % 2);
+    Problem p = tiny_problem(rng, 2 + trial % 2);
     CpSolution cp = solve_cp(p, {.memory = false, .time_limit_s = 60});
     ASSERT_TRUE(cp.status.ok()) << cp.status.message;
     EXPECT_TRUE(cp.proven_optimal);
@@ -118,7 +101,7 @@ TEST(Cp, AgreesWithTheMilpAndBruteForce) {
 TEST(Cp, RespectsTheMemoryBudgetLikeTheMilp) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 4; trial++) {
-    Problem p = tiny(rng, 3);
+    Problem p = tiny_problem(rng, 3);
     for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 2 * p.stages[0].act_f_bytes;
     CpSolution cp = solve_cp(p, {.memory = true, .time_limit_s = 60});
     ASSERT_TRUE(cp.status.ok()) << cp.status.message;
@@ -136,7 +119,7 @@ TEST(Cp, RespectsTheMemoryBudgetLikeTheMilp) {
 
 TEST(Cp, NothingFitsIsInfeasible) {
   std::mt19937 rng(9);
-  Problem p = tiny(rng, 2);
+  Problem p = tiny_problem(rng, 2);
   for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + p.stages[0].act_f_bytes / 2;
   CpSolution cp = solve_cp(p, {.memory = true, .time_limit_s = 10});
   EXPECT_EQ(cp.status.code, StatusCode::kInfeasible) << cp.status.message;

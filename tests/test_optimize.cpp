@@ -145,21 +145,13 @@ TEST(Bounds, NoFamilyBeatsTheLowerBound) {
 TEST(Optimize, MatchesBruteForceOnTinyProblems) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 8; trial++) {
-    UniformSpec u;
-    u.num_devices = 2;
-    u.num_microbatches = 2 + static_cast<int>(rng() % 2);
-    u.t_comm_us = rng() % 2 ? 0 : 50;
-    Problem p = make_uniform_problem(u);  // memory is ample
-    for (StageSpec& st : p.stages) {
-      st.t_f_us = 100 + rng() % 400;
-      st.t_b_us = 100 + rng() % 600;
-      st.t_w_us = 50 + rng() % 300;
-    }
+    const int M = 2 + static_cast<int>(rng() % 2);
+    Problem p = tiny_problem(rng, M);
     const double exact = brute_force_makespan(p, false);
     OptimizeResult r = optimize(p, quick(20000, trial));
     expect_checked(r);
     // The search may also pick another placement, which can only be as good or better.
-    EXPECT_LE(r.timeline.makespan_us, exact + 1e-6) << "trial " << trial << " M=" << u.num_microbatches;
+    EXPECT_LE(r.timeline.makespan_us, exact + 1e-6) << "trial " << trial << " M=" << M;
   }
 }
 
@@ -167,16 +159,7 @@ TEST(Optimize, ExactProvesOptimalityOnTinyProblems) {
   std::mt19937 rng(21);
   int proven = 0, open_gaps = 0;
   for (int trial = 0; trial < 12; trial++) {
-    UniformSpec u;
-    u.num_devices = 2;
-    u.num_microbatches = 2 + static_cast<int>(rng() % 2);
-    u.t_comm_us = rng() % 2 ? 0 : 40;
-    Problem p = make_uniform_problem(u);
-    for (StageSpec& st : p.stages) {
-      st.t_f_us = 100 + rng() % 400;
-      st.t_b_us = 100 + rng() % 600;
-      st.t_w_us = 50 + rng() % 300;
-    }
+    Problem p = tiny_problem(rng, 2 + static_cast<int>(rng() % 2));
     OptimizeResult heuristic = optimize(p, quick(20000, trial));
     if (heuristic.gap == 0) continue;  // the simple bound already proves it
     if (++open_gaps > 4) break;  // enough, at ~3 s each

@@ -1,27 +1,14 @@
 #include <cstdio>
 
+#include "export/markup.h"
 #include "optpipe/export.h"
 #include "optpipe/units.h"
 
 namespace optpipe {
 
-namespace {
-std::string escape_html(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
-  }
-  return out;
-}
-}  // namespace
-
 std::string html_report(const std::string& title, const std::string& problem_summary,
                         const std::vector<ReportRow>& rows, const std::vector<ReportChart>& charts) {
-  std::string o = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" + escape_html(title) +
+  std::string o = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" + escape_markup(title) +
                   "</title>\n<style>\n"
                   "body{font-family:sans-serif;margin:24px;color:#222}\n"
                   "table{border-collapse:collapse;margin:12px 0 24px}\n"
@@ -30,23 +17,23 @@ std::string html_report(const std::string& title, const std::string& problem_sum
                   "tr.nofit td{color:#999}\n"
                   "section{margin-bottom:28px}\n"
                   "</style></head><body>\n";
-  o += "<h1>" + escape_html(title) + "</h1>\n<p>" + escape_html(problem_summary) + "</p>\n";
+  o += "<h1>" + escape_markup(title) + "</h1>\n<p>" + escape_markup(problem_summary) + "</p>\n";
   o += "<table><tr><th>family</th><th>placement</th><th>fits</th><th>makespan</th><th>bubble</th><th>peak memory</th></tr>\n";
   for (const ReportRow& r : rows) {
     if (!r.applicable) {
-      o += "<tr class=\"nofit\"><td>" + escape_html(r.name) + "</td><td class=\"text\">" + escape_html(r.placement) +
-           "</td><td class=\"text\" colspan=\"4\">not applicable: " + escape_html(r.reason) + "</td></tr>\n";
+      o += "<tr class=\"nofit\"><td>" + escape_markup(r.name) + "</td><td class=\"text\">" + escape_markup(r.placement) +
+           "</td><td class=\"text\" colspan=\"4\">not applicable: " + escape_markup(r.reason) + "</td></tr>\n";
       continue;
     }
     char bubble[32];
     std::snprintf(bubble, sizeof bubble, "%.1f%%", 100 * r.bubble_ratio);
-    o += std::string("<tr") + (r.fits ? "" : " class=\"nofit\"") + "><td>" + escape_html(r.name) + "</td><td class=\"text\">" +
-         escape_html(r.placement) + "</td><td class=\"text\">" + (r.fits ? "yes" : "no") + "</td><td>" +
-         escape_html(format_us(r.makespan_us)) + "</td><td>" + bubble + "</td><td>" + escape_html(format_bytes(r.peak_bytes)) +
+    o += std::string("<tr") + (r.fits ? "" : " class=\"nofit\"") + "><td>" + escape_markup(r.name) + "</td><td class=\"text\">" +
+         escape_markup(r.placement) + "</td><td class=\"text\">" + (r.fits ? "yes" : "no") + "</td><td>" +
+         escape_markup(format_us(r.makespan_us)) + "</td><td>" + bubble + "</td><td>" + escape_markup(format_bytes(r.peak_bytes)) +
          "</td></tr>\n";
   }
   o += "</table>\n";
-  for (const ReportChart& c : charts) o += "<section><h2>" + escape_html(c.heading) + "</h2>\n" + c.svg + "</section>\n";
+  for (const ReportChart& c : charts) o += "<section><h2>" + escape_markup(c.heading) + "</h2>\n" + c.svg + "</section>\n";
   o += "</body></html>\n";
   return o;
 }

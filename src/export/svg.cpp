@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "export/markup.h"
 #include "optpipe/export.h"
 #include "optpipe/units.h"
 
@@ -21,16 +22,6 @@ std::string fmt(const char* format, double a) {
   return buf;
 }
 
-std::string escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
 
 // A tick step of 1, 2 or 5 × 10^k giving about `target` ticks over `span`.
 double nice_step(double span, int target) {
@@ -61,9 +52,9 @@ std::string schedule_svg(const Problem& p, const Schedule& s, const Timeline& t,
        fmt("%.0f", height) + "\" viewBox=\"0 0 " + fmt("%.0f", width) + " " + fmt("%.0f", height) +
        "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   o += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
-  o += "<text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"bold\">" + escape(title) + "</text>\n";
+  o += "<text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"bold\">" + escape_markup(title) + "</text>\n";
   o += "<text x=\"" + fmt("%.0f", width - right) + "\" y=\"20\" text-anchor=\"end\">makespan " +
-       escape(format_us(t.makespan_us)) + ", bubble " + fmt("%.1f%%", 100 * t.bubble_ratio) + "</text>\n";
+       escape_markup(format_us(t.makespan_us)) + ", bubble " + fmt("%.1f%%", 100 * t.bubble_ratio) + "</text>\n";
 
   auto box = [&](const Op& op, double y, double h, bool label) {
     const int i = op_id(p, op);
@@ -74,7 +65,7 @@ std::string schedule_svg(const Problem& p, const Schedule& s, const Timeline& t,
     o += "<rect x=\"" + fmt("%.2f", x0) + "\" y=\"" + fmt("%.1f", y) + "\" width=\"" + fmt("%.2f", w) +
          "\" height=\"" + fmt("%.1f", h) + "\" fill=\"" + op_colour(op.kind) + "\" fill-opacity=\"" +
          fmt("%.2f", opacity) + "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>" + op_name(op) + " " +
-         escape(format_us(t.start_us[i])) + " – " + escape(format_us(t.end_us[i])) + "</title></rect>\n";
+         escape_markup(format_us(t.start_us[i])) + " – " + escape_markup(format_us(t.end_us[i])) + "</title></rect>\n";
     if (label && w >= 12)
       o += "<text x=\"" + fmt("%.2f", x0 + w / 2) + "\" y=\"" + fmt("%.1f", y + h / 2 + 4) +
            "\" text-anchor=\"middle\" fill=\"#ffffff\" font-size=\"10\">" + std::to_string(op.microbatch) + "</text>\n";
@@ -145,11 +136,11 @@ std::string schedule_svg(const Problem& p, const Schedule& s, const Timeline& t,
            "\" y2=\"" + fmt("%.2f", by) + "\" stroke=\"#d62728\" stroke-dasharray=\"5,3\"/>\n";
       o += "<text x=\"" + fmt("%.1f", width - right - 2) + "\" y=\"" + fmt("%.2f", by - 3) +
            "\" text-anchor=\"end\" fill=\"#d62728\" font-size=\"10\">budget " +
-           escape(format_bytes(p.devices[d].mem_budget_bytes)) + "</text>\n";
+           escape_markup(format_bytes(p.devices[d].mem_budget_bytes)) + "</text>\n";
       const double px = x_of(t.devices[d].peak_time_us), py = y_of(static_cast<double>(t.devices[d].peak_bytes));
       o += "<circle cx=\"" + fmt("%.2f", px) + "\" cy=\"" + fmt("%.2f", py) + "\" r=\"3.5\" fill=\"#d62728\"/>\n";
       o += "<text x=\"" + fmt("%.2f", px + 6) + "\" y=\"" + fmt("%.2f", py + 12) + "\" font-size=\"10\">peak " +
-           escape(format_bytes(t.devices[d].peak_bytes)) + "</text>\n";
+           escape_markup(format_bytes(t.devices[d].peak_bytes)) + "</text>\n";
     }
   }
   o += "</svg>\n";

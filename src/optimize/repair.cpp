@@ -13,12 +13,6 @@ namespace optpipe {
 
 namespace {
 
-int index_of(const std::vector<Op>& ops, const Op& op) {
-  for (size_t k = 0; k < ops.size(); k++)
-    if (ops[k] == op) return static_cast<int>(k);
-  return -1;
-}
-
 struct Candidate {
   Op back;  // the B or BW of the activation
   bool offload;
@@ -37,8 +31,8 @@ bool repair_device(const Problem& p, const Timeline& t, int d, Schedule& s) {
     if (op.kind != OpKind::kB && op.kind != OpKind::kBW) continue;
     const Op f{OpKind::kF, op.stage, op.microbatch};
     if (!(at(f, true) <= peak && at(op, false) > peak)) continue;
-    if (index_of(ds.compute, Op{OpKind::kR, op.stage, op.microbatch}) >= 0) continue;
-    if (index_of(ds.offloads, Op{OpKind::kOffload, op.stage, op.microbatch}) >= 0) continue;
+    if (find_op(ds.compute, Op{OpKind::kR, op.stage, op.microbatch}) >= 0) continue;
+    if (find_op(ds.offloads, Op{OpKind::kOffload, op.stage, op.microbatch}) >= 0) continue;
     if (p.stages[op.stage].act_f_bytes - p.stages[op.stage].act_input_bytes <= 0) continue;
     const bool offload = at(f, true) + p.offload_us(op.stage) <= peak && peak + p.reload_us(op.stage) <= at(op, false);
     alive.push_back({op, offload, at(op, false)});
@@ -48,34 +42,25 @@ bool repair_device(const Problem& p, const Timeline& t, int d, Schedule& s) {
   });
   if (alive.empty()) return false;
 
-  auto f_pos = [&](const Op& x) { return index_of(ds.compute, Op{OpKind::kF, x.stage, x.microbatch}); };
-  auto b_pos = [&](const Op& x) {
-    const int i = index_of(ds.compute, Op{OpKind::kB, x.stage, x.microbatch});
-    return i >= 0 ? i : index_of(ds.compute, Op{OpKind::kBW, x.stage, x.microbatch});
-  };
   for (const Candidate& c : alive) {
     if (over <= 0) break;
     const Op& back = c.back;
     const StageSpec& st = p.stages[back.stage];
     if (c.offload) {
       // Reload issued at the first compute op after the peak that still lands it in time.
-      const int b = b_pos(back);
+      const int b = backward_index(ds.compute, back.stage, back.microbatch);
       const double rel_us = p.reload_us(back.stage);
       int anchor = b - 1;
-      for (int k = f_pos(back) + 1; k < b; k++)
+      for (int k = find_op(ds.compute, Op{OpKind::kF, back.stage, back.microbatch}) + 1; k < b; k++)
         if (at(ds.compute[k], false) >= peak && at(ds.compute[k], false) + rel_us <= c.back_start_us) {
           anchor = k;
           break;
         }
-      size_t o = 0;
-      while (o < ds.offloads.size() && f_pos(ds.offloads[o]) < f_pos(back)) o++;
-      ds.offloads.insert(ds.offloads.begin() + o, Op{OpKind::kOffload, back.stage, back.microbatch});
-      size_t q = 0;
-      while (q < ds.reloads.size() && b_pos(ds.reloads[q].reload) < b) q++;
-      ds.reloads.insert(ds.reloads.begin() + q, {Op{OpKind::kReload, back.stage, back.microbatch}, ds.compute[anchor]});
+      insert_offload(ds, back.stage, back.microbatch, anchor);
       over -= st.act_f_bytes;
     } else {
-      ds.compute.insert(ds.compute.begin() + b_pos(back), Op{OpKind::kR, back.stage, back.microbatch});
+      ds.compute.insert(ds.compute.begin() + backward_index(ds.compute, back.stage, back.microbatch),
+                        Op{OpKind::kR, back.stage, back.microbatch});
       over -= st.act_f_bytes - st.act_input_bytes;
     }
   }

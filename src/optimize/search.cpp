@@ -20,13 +20,30 @@ bool score_schedule(const Problem& p, const Schedule& s, Score* out) {
   return true;
 }
 
-namespace {
-
-int find(const std::vector<Op>& ops, const Op& op) {
+int find_op(const std::vector<Op>& ops, const Op& op) {
   for (size_t k = 0; k < ops.size(); k++)
     if (ops[k] == op) return static_cast<int>(k);
   return -1;
 }
+
+int backward_index(const std::vector<Op>& compute, int stage, int microbatch) {
+  const int b = find_op(compute, Op{OpKind::kB, stage, microbatch});
+  return b >= 0 ? b : find_op(compute, Op{OpKind::kBW, stage, microbatch});
+}
+
+void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor) {
+  const std::vector<Op>& ops = ds.compute;
+  const int f = find_op(ops, Op{OpKind::kF, stage, microbatch});
+  const int b = backward_index(ops, stage, microbatch);
+  size_t at = 0;
+  while (at < ds.offloads.size() && find_op(ops, Op{OpKind::kF, ds.offloads[at].stage, ds.offloads[at].microbatch}) < f) at++;
+  ds.offloads.insert(ds.offloads.begin() + at, Op{OpKind::kOffload, stage, microbatch});
+  at = 0;
+  while (at < ds.reloads.size() && backward_index(ops, ds.reloads[at].reload.stage, ds.reloads[at].reload.microbatch) < b) at++;
+  ds.reloads.insert(ds.reloads.begin() + at, {Op{OpKind::kReload, stage, microbatch}, ops[anchor]});
+}
+
+namespace {
 
 // Does `y` need `x` to come first on the same compute stream?
 bool needs(const Op& y, const Op& x) {
@@ -96,7 +113,7 @@ class Mover {
       return true;
     }
     if (op.kind == OpKind::kB) {
-      const int w = find(ops, Op{OpKind::kW, op.stage, op.microbatch});
+      const int w = find_op(ops, Op{OpKind::kW, op.stage, op.microbatch});
       ops[i].kind = OpKind::kBW;
       ops.erase(ops.begin() + w);
       return true;
@@ -105,7 +122,7 @@ class Mover {
   }
 
   bool offloaded(const DeviceSchedule& ds, const Op& f) const {
-    return find(ds.offloads, Op{OpKind::kOffload, f.stage, f.microbatch}) >= 0;
+    return find_op(ds.offloads, Op{OpKind::kOffload, f.stage, f.microbatch}) >= 0;
   }
 
   // Recompute F(s,i) right before its backward, or stop recomputing it.
@@ -119,7 +136,7 @@ class Mover {
     }
     if (op.kind != OpKind::kB && op.kind != OpKind::kBW) return false;
     const Op r{OpKind::kR, op.stage, op.microbatch};
-    if (find(ops, r) >= 0 || offloaded(ds, op)) return false;
+    if (find_op(ops, r) >= 0 || offloaded(ds, op)) return false;
     ops.insert(ops.begin() + i, r);
     return true;
   }
@@ -131,7 +148,7 @@ class Mover {
     const Op op = ops[i];
     if (op.kind != OpKind::kB && op.kind != OpKind::kBW) return false;
     const Op off{OpKind::kOffload, op.stage, op.microbatch};
-    const int o = find(ds.offloads, off);
+    const int o = find_op(ds.offloads, off);
     if (o >= 0) {
       ds.offloads.erase(ds.offloads.begin() + o);
       for (size_t k = 0; k < ds.reloads.size(); k++)
@@ -141,32 +158,19 @@ class Mover {
         }
       return true;
     }
-    if (find(ops, Op{OpKind::kR, op.stage, op.microbatch}) >= 0) return false;
-    const int f = find(ops, Op{OpKind::kF, op.stage, op.microbatch});
+    if (find_op(ops, Op{OpKind::kR, op.stage, op.microbatch}) >= 0) return false;
+    const int f = find_op(ops, Op{OpKind::kF, op.stage, op.microbatch});
     if (i - f < 2) return false;  // nothing in between to overlap the transfers with
-    const int anchor = std::max(f + 1, i - 1 - pick(std::min(8, i - f - 1)));
-    // Keep both channels in the order of the compute stream: offloads by forward, reloads by backward.
-    auto compute_pos = [&](const Op& x, OpKind k) { return find(ops, Op{k, x.stage, x.microbatch}); };
-    size_t at = 0;
-    while (at < ds.offloads.size() && compute_pos(ds.offloads[at], OpKind::kF) < f) at++;
-    ds.offloads.insert(ds.offloads.begin() + at, off);
-    at = 0;
-    while (at < ds.reloads.size() && backward_pos(ops, ds.reloads[at].reload) < i) at++;
-    ds.reloads.insert(ds.reloads.begin() + at, {Op{OpKind::kReload, op.stage, op.microbatch}, ops[anchor]});
+    insert_offload(ds, op.stage, op.microbatch, std::max(f + 1, i - 1 - pick(std::min(8, i - f - 1))));
     return true;
-  }
-
-  static int backward_pos(const std::vector<Op>& ops, const Op& x) {
-    const int b = find(ops, Op{OpKind::kB, x.stage, x.microbatch});
-    return b >= 0 ? b : find(ops, Op{OpKind::kBW, x.stage, x.microbatch});
   }
 
   // Issue a reload a little earlier or later.
   bool shift_anchor(DeviceSchedule& ds) {
     if (ds.reloads.empty()) return false;
     ReloadEntry& r = ds.reloads[pick(static_cast<int>(ds.reloads.size()))];
-    const int a = find(ds.compute, r.anchor);
-    const int b = backward_pos(ds.compute, r.reload);
+    const int a = find_op(ds.compute, r.anchor);
+    const int b = backward_index(ds.compute, r.reload.stage, r.reload.microbatch);
     const int to = a + (pick(2) ? 1 + pick(3) : -1 - pick(3));
     if (to < 0 || to >= b) return false;
     r.anchor = ds.compute[to];

@@ -37,6 +37,17 @@ struct SearchResult {
   int64_t improvements = 0;
 };
 
+// Position of `op` in `ops`, or −1.
+int find_op(const std::vector<Op>& ops, const Op& op);
+
+// Position of the backward (B or fused BW) of (stage, microbatch) in a compute list, or −1.
+int backward_index(const std::vector<Op>& compute, int stage, int microbatch);
+
+// Offloads F(stage, microbatch)'s activation on `ds`, reloaded when the compute stream reaches
+// compute[anchor]; both channel lists stay in compute order (offloads by their forward, reloads
+// by their backward).
+void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor);
+
 // Offloads or recomputes activations alive at overflowing peaks until the schedule fits, or
 // nothing alive there is left to move, or max_changes is reached. Returns the changed schedule.
 Schedule repair_memory(const Problem& p, const Schedule& start, int max_changes);
