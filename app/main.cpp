@@ -1,4 +1,5 @@
-// optpipe — command-line front end. Exit codes: 0 ok, 1 bad input, 2 usage, 3 infeasible.
+// optpipe — command-line front end. Exit codes: 0 ok, 1 bad input, 2 usage, 3 infeasible
+// (a schedule over its budget, nothing fits), 70 internal error (a bug: please report it).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <cstdio>
@@ -30,6 +31,7 @@ int exit_code(const Status& s) {
     case StatusCode::kOk: return kExitOk;
     case StatusCode::kInvalidInput: return kExitBadInput;
     case StatusCode::kInfeasible: return kExitInfeasible;
+    case StatusCode::kUsage: return kExitUsage;
   }
   return kExitBadInput;
 }
@@ -57,7 +59,8 @@ Status emit(const std::string& path, const std::string& text) {
   return write_text_file(path, text);
 }
 
-void print_json(const json& j) { std::printf("%s\n", j.dump(2).c_str()); }
+// Paths in the output may hold bytes that are not UTF-8: replaced, never thrown on.
+void print_json(const json& j) { std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str()); }
 
 int cmd_families(bool as_json) {
   if (as_json) {
@@ -86,7 +89,7 @@ Result<FamilySchedule> load_schedule(const std::string& problem_path, const std:
   Result<Problem> p = load_problem(problem_path);
   if (!p.ok()) return R::Error(p.status);
   if (schedule_path.empty() == family.empty())
-    return R::Error(Status::Invalid("give either --schedule FILE or --family NAME"));
+    return R::Error(Status{StatusCode::kUsage, "give either --schedule FILE or --family NAME"});
   if (!family.empty()) {
     const Family* f = find_family(family);
     if (!f) return R::Error(Status::Invalid("unknown family \"" + family + "\" (see: optpipe families)"));
@@ -348,7 +351,8 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
     std::printf("search: %lld candidates in %.2f s, %lld improvements, seed %llu, %d thread(s)%s\n\n",
                 static_cast<long long>(r.stats.evaluations), r.stats.wall_s, static_cast<long long>(r.stats.improvements),
                 static_cast<unsigned long long>(options.seed), options.threads,
-                r.stats.stopped_by_time ? "; stopped by the time limit, so another run may differ" : "");
+                r.stats.stopped_by_time ? "; stopped by the time limit, so another run may differ"
+                : r.stats.exact_solves > 0 ? "; the exact models ran for the time left, so another run may differ" : "");
     std::printf("%s", timeline_text(r.problem, t).c_str());
     if (fits && !out_path.empty()) std::printf("\nwrote %s\n", out_path.c_str());
   }

@@ -68,7 +68,7 @@ check "invalid schedule" 1 "is missing" -- "$bin" simulate --schedule "$tmp/shor
 check "report writes HTML" 0 "wrote" -- "$bin" report -o "$tmp/r.html"
 grep -q "<svg" "$tmp/r.html" && echo "ok   report has charts" || { echo "FAIL report has no SVG"; failures=$((failures + 1)); }
 check "export svg" 0 "" -- "$bin" export --family zb-v --format svg -o "$tmp/zbv.svg"
-check "export needs a schedule or a family" 1 "either --schedule" -- "$bin" export --format csv
+check "export needs a schedule or a family" 2 "either --schedule" -- "$bin" export --format csv
 check "report with an unknown family" 1 "unknown family" -- "$bin" report --chart nosuch
 
 # The optimizer: fits and beats the families on a tight budget; exit 3 and what is needed when nothing fits.

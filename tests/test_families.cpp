@@ -323,3 +323,17 @@ TEST(MemorySaving, RecomputeKeepsOnlyInputsInFlight) {
   }
   EXPECT_GT(rc.timeline.makespan_us, run("1f1b", p).timeline.makespan_us);
 }
+
+TEST(Property, ZeroBytesAndInstantTransfersStillValidate) {
+  // Nothing to move and transfers that take no time: offload passes must not anchor a reload
+  // to the backward it feeds.
+  Problem p = uniform(4, 8);
+  for (StageSpec& st : p.stages) st.act_f_bytes = st.act_b_bytes = st.act_w_bytes = st.act_input_bytes = 0;
+  p.host_link = {50, 50, 0};
+  for (const Family& f : families()) {
+    Result<FamilySchedule> fs = build_family(f, p);
+    if (!fs.ok()) continue;
+    Validation v = validate(fs.value.problem, fs.value.schedule);
+    EXPECT_TRUE(v.ok()) << f.name << ": " << v.summary();
+  }
+}

@@ -90,3 +90,14 @@ TEST(Json, BadSchedules) {
   EXPECT_TRUE(has(err(R"({"devices":[{"compute":[],"reloads":[{"op":"RELOAD0 s0"}]}]})"), "devices[0].reloads[0].anchor"));
   EXPECT_TRUE(schedule_from_json(R"({"devices":[{"compute":["BW12 s3"]}]})").ok());
 }
+
+TEST(Json, IntegersBeyondInt64AreRefused) {
+  std::string text = problem_to_json(default_problem());
+  const std::string from = "\"act_w_bytes\": -536870912";
+  const size_t at = text.find(from);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, from.size(), "\"act_w_bytes\": 18446744073709551615");
+  Result<Problem> r = problem_from_json(text);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status.message.find("stages[0].act_w_bytes: is out of range"), std::string::npos) << r.status.message;
+}

@@ -125,3 +125,14 @@ TEST(Cp, NothingFitsIsInfeasible) {
   EXPECT_EQ(cp.status.code, StatusCode::kInfeasible) << cp.status.message;
   EXPECT_FALSE(cp.status.ok());
 }
+
+TEST(Cp, ZeroLengthOpsOnTheGridKeepTheirOrder) {
+  std::mt19937 rng(13);
+  Problem p = tiny_problem(rng, 2);
+  Result<Problem> v = rechunk(p, Placement::kVShape, 2);
+  ASSERT_TRUE(v.ok());
+  for (StageSpec& st : v.value.stages) st.t_b_us = 0.3;  // rounds to nothing on a 1 µs grid
+  CpSolution cp = solve_cp(v.value, {.memory = false, .time_limit_s = 20, .unit_us = 1});
+  ASSERT_TRUE(cp.status.ok()) << cp.status.message;
+  EXPECT_TRUE(validate(v.value, cp.schedule).ok());
+}

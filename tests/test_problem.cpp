@@ -94,3 +94,20 @@ TEST(Units, ParseAndFormatBytes) {
   EXPECT_EQ(format_bytes(52ll << 30), "52.00 GiB");
   EXPECT_EQ(format_bytes(512 << 20), "512.0 MiB");
 }
+
+TEST(Problem, RejectsWhatWouldOverflowOrMisbehave) {
+  Problem p = default_problem();
+  EXPECT_FALSE(rechunk(p, Placement::kInterleaved, 500000000).ok());  // refused before building anything
+  EXPECT_FALSE(rechunk(p, Placement::kVShape, 3).ok());
+  p.stages[0].act_w_bytes = 10;  // W may only free
+  p.stages[0].act_b_bytes = -p.stages[0].act_f_bytes - 10;
+  EXPECT_NE(check_problem(p).message.find("stages[0].act_w_bytes: must be ≤ 0"), std::string::npos);
+  Problem big = default_problem();
+  big.num_microbatches = 100000;
+  for (StageSpec& st : big.stages) {
+    st.act_f_bytes = int64_t{1} << 49;
+    st.act_w_bytes = 0;
+    st.act_b_bytes = -st.act_f_bytes;
+  }
+  EXPECT_NE(check_problem(big).message.find("problem too large"), std::string::npos);
+}

@@ -143,3 +143,9 @@ TEST(Validate, WrongPlacementOrDeviceCount) {
   g.schedule.devices.pop_back();
   EXPECT_TRUE(mentions(validate(g.problem, g.schedule), "schedule has 3 devices, the problem has 4"));
 }
+
+TEST(Validate, HugeOpNumbersAreOutOfRangeNotUndefined) {
+  Fixture f = zb_h1();
+  f.schedule.devices[0].compute.push_back(Op{OpKind::kF, 999999999, 999999999});
+  EXPECT_TRUE(mentions(validate(f.problem, f.schedule), "is out of range"));
+}

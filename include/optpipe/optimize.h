@@ -53,7 +53,8 @@ struct OptimizeOptions {
   std::function<void(const Progress&)> progress;  // called about twice a second, and at the end
   // After the search, spend the time left on the exact models (the CP model on Gecode, the MILP
   // on CBC; small problems only): to improve the schedule in its placement, and to prove a
-  // tighter lower bound in every placement searched.
+  // tighter lower bound in every placement searched. They run on the clock, so a run with
+  // `exact` may differ from the next.
   bool exact = false;
 };
 

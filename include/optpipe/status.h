@@ -16,6 +16,7 @@ enum class StatusCode {
   kOk = 0,
   kInvalidInput = 1,  // the problem, schedule or an argument is malformed
   kInfeasible = 3,    // well-formed, but no schedule satisfies the constraints (e.g. budget)
+  kUsage = 2,         // arguments that do not go together (command-line use)
 };
 
 struct Status {

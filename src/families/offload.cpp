@@ -44,7 +44,7 @@ Schedule add_offloads(const Problem& p, const Schedule& base) {
     double d2h_free = 0;
     std::vector<Op> offloaded;
     for (const Op& op : ds.compute) {
-      if (op.kind != OpKind::kF || !kept(ds, op)) continue;
+      if (op.kind != OpKind::kF || !kept(ds, op) || p.stages[op.stage].act_f_bytes == 0) continue;
       const Op bw = backward(op);
       const double off_start = std::max(end(op), d2h_free);
       const double off_end = off_start + p.offload_us(op.stage);
@@ -61,7 +61,7 @@ Schedule add_offloads(const Problem& p, const Schedule& base) {
       const double issue_at = start(op) - 2 * p.reload_us(op.stage);
       const Op* anchor = nullptr;
       for (const Op& a : ds.compute) {
-        if (start(a) > issue_at) break;
+        if (a == op || start(a) > issue_at) break;  // strictly before the backward it feeds
         anchor = &a;
       }
       if (!anchor) continue;  // cannot be issued early enough: keep this activation

@@ -1,6 +1,7 @@
 #include "optpipe/json_io.h"
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -45,6 +46,8 @@ class Reader {
   void integer(const char* key, int64_t* out, bool required) {
     const json* v = get(key, required);
     if (!v) return;
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      return fail(field(key), "is out of range, got " + v->dump());
     if (v->is_number_integer()) {
       *out = v->get<int64_t>();
       return;
@@ -313,8 +316,10 @@ Status apply_profile(const std::string& profile_json, Problem* p) {
       r.fail("static_bytes", "must have one entry per device (" + std::to_string(q.devices.size()) + "), got " +
                                  std::to_string(statics->size()));
     for (size_t d = 0; d < statics->size() && err.ok(); d++) {
-      if (!(*statics)[d].is_number_integer()) r.fail("static_bytes[" + std::to_string(d) + "]", "expected an integer");
-      else q.devices[d].static_bytes = (*statics)[d].get<int64_t>();
+      const json& v = (*statics)[d];
+      if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
+        r.fail("static_bytes[" + std::to_string(d) + "]", "expected an integer in range, got " + v.dump());
+      else q.devices[d].static_bytes = v.get<int64_t>();
     }
   }
   r.finish();

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <memory>
 
+#include "optimize/by_start.h"
 #include "optpipe/cp.h"
 #include "optpipe/simulate.h"
 
@@ -167,19 +168,10 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
                                     : Status::Invalid("the CP search found no solution within its time limit");
   } else {
     if (out.proven_optimal) out.bound_us = best->makespan.val() * g.unit_us;
-    out.schedule.placement = p.placement;
-    out.schedule.chunks_per_device = p.chunks_per_device;
-    out.schedule.devices.resize(p.num_devices);
-    for (const Op& op : g.ops) out.schedule.devices[p.device_of(op.stage)].compute.push_back(op);
-    for (DeviceSchedule& ds : out.schedule.devices)
-      std::stable_sort(ds.compute.begin(), ds.compute.end(), [&](const Op& a, const Op& b) {
-        const int sa = best->start[g.index[op_id(p, a)]].val(), sb = best->start[g.index[op_id(p, b)]].val();
-        if (sa != sb) return sa < sb;
-        return a.microbatch != b.microbatch ? a.microbatch < b.microbatch : a.kind < b.kind;
-      });
+    out.schedule = schedule_by_start(p, g.ops, [&](const Op& op) { return best->start[g.index[op_id(p, op)]].val(); });
     SimResult sim = simulate(p, out.schedule, {.op_times = false});
-    OPTPIPE_CHECK(sim.ok(), "a CP solution must simulate: " + sim.status.message);
-    out.objective_us = sim.timeline.makespan_us;
+    if (sim.ok()) out.objective_us = sim.timeline.makespan_us;
+    else out.status = Status::Invalid("the CP solution does not simulate: " + sim.status.message);
   }
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

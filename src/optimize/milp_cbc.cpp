@@ -8,34 +8,12 @@
 #include <limits>
 #include <string>
 
+#include "optimize/by_start.h"
 #include "optpipe/milp.h"
 #include "optpipe/simulate.h"
 
 namespace optpipe {
 
-namespace {
-
-// Each device's F/B/W in the order of their start times (ties: the order their dependencies need).
-Schedule schedule_from_starts(const Problem& p, const MilpModel& m, const double* x) {
-  Schedule s;
-  s.placement = p.placement;
-  s.chunks_per_device = p.chunks_per_device;
-  s.devices.resize(p.num_devices);
-  for (int id = 0; id < num_op_ids(p); id++)
-    if (m.start_col[id] >= 0) {
-      const Op op = op_from_id(p, id);
-      s.devices[p.device_of(op.stage)].compute.push_back(op);
-    }
-  for (DeviceSchedule& ds : s.devices)
-    std::stable_sort(ds.compute.begin(), ds.compute.end(), [&](const Op& a, const Op& b) {
-      const double sa = x[m.start_col[op_id(p, a)]], sb = x[m.start_col[op_id(p, b)]];
-      if (std::fabs(sa - sb) > 1e-6) return sa < sb;
-      return a.microbatch != b.microbatch ? a.microbatch < b.microbatch : a.kind < b.kind;
-    });
-  return s;
-}
-
-}  // namespace
 
 MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions& options, const Schedule* warm_start) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -117,7 +95,10 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
     out.objective_us = Cbc_getObjValue(model);
     out.proven_optimal = Cbc_isProvenOptimal(model);
     if (out.proven_optimal) out.bound_us = std::max(out.bound_us, out.objective_us * (1 - 1e-9));
-    out.schedule = schedule_from_starts(p, m, x);
+    std::vector<Op> ops;
+    for (int id = 0; id < num_op_ids(p); id++)
+      if (m.start_col[id] >= 0) ops.push_back(op_from_id(p, id));
+    out.schedule = schedule_by_start(p, ops, [&](const Op& op) { return x[m.start_col[op_id(p, op)]]; });
   }
   Cbc_deleteModel(model);
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

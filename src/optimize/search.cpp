@@ -13,7 +13,7 @@ bool score_schedule(const Problem& p, const Schedule& s, Score* out) {
   out->overflow_bytes = 0;
   out->sum_end_us = 0;
   for (int d = 0; d < p.num_devices; d++) {
-    out->overflow_bytes += std::max<int64_t>(0, r.timeline.devices[d].peak_bytes - p.devices[d].mem_budget_bytes);
+    out->overflow_bytes += static_cast<double>(std::max<int64_t>(0, r.timeline.devices[d].peak_bytes - p.devices[d].mem_budget_bytes));
     out->sum_end_us += r.timeline.devices[d].last_end_us;
   }
   out->makespan_us = r.timeline.makespan_us;

@@ -16,7 +16,7 @@ namespace optpipe {
 // the devices' finishing times — which moves when the makespan does not, and so leads a search
 // across the makespan's plateaus.
 struct Score {
-  int64_t overflow_bytes = 0;
+  double overflow_bytes = 0;  // a double: summed over devices it could pass int64
   double makespan_us = 0;
   double sum_end_us = 0;
   bool operator<(const Score& o) const {

@@ -101,6 +101,8 @@ Status check_problem(const Problem& p) {
     if (!(st = check_bytes(f + "ws_f_bytes", g.ws_f_bytes, false)).ok()) return st;
     if (!(st = check_bytes(f + "ws_b_bytes", g.ws_b_bytes, false)).ok()) return st;
     if (!(st = check_bytes(f + "ws_w_bytes", g.ws_w_bytes, false)).ok()) return st;
+    if (g.act_b_bytes > 0) return bad(f + "act_b_bytes", "must be ≤ 0 (B frees memory)", std::to_string(g.act_b_bytes));
+    if (g.act_w_bytes > 0) return bad(f + "act_w_bytes", "must be ≤ 0 (W frees memory)", std::to_string(g.act_w_bytes));
     const int64_t sum = g.act_f_bytes + g.act_b_bytes + g.act_w_bytes;
     if (sum != 0) return bad(f + "act_b_bytes", "act_f_bytes + act_b_bytes + act_w_bytes must be 0", "a sum of " + std::to_string(sum));
     if (g.act_input_bytes > g.act_f_bytes)
@@ -119,6 +121,13 @@ Status check_problem(const Problem& p) {
     if (dev.host_link < 0 || dev.host_link >= p.num_devices)
       return bad(f + "host_link", "must be in [0, num_devices)", std::to_string(dev.host_link));
   }
+  // Every byte total the simulator forms (static + all activations of a device, summed over
+  // devices) must stay far inside int64.
+  double total = 0;
+  for (const DeviceSpec& dev : p.devices) total += static_cast<double>(dev.static_bytes);
+  for (const StageSpec& g : p.stages)
+    total += static_cast<double>(p.num_microbatches) * static_cast<double>(g.act_f_bytes + g.ws_f_bytes + g.ws_b_bytes + g.ws_w_bytes);
+  if (total > 0x1p62) return Status::Invalid("problem too large: its bytes (static + activations × microbatches) exceed 2^62");
   const HostLinkSpec& h = p.host_link;
   if (!std::isfinite(h.d2h_gb_per_s) || h.d2h_gb_per_s <= 0 || h.d2h_gb_per_s > 1e6)
     return bad("host_link.d2h_gb_per_s", "must be in (0, 1e6]", num(h.d2h_gb_per_s));
@@ -173,6 +182,11 @@ Problem default_problem() {
 }
 
 Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_device) {
+  if (chunks_per_device < 1 || chunks_per_device > 64 || (placement == Placement::kLinear && chunks_per_device != 1) ||
+      (placement == Placement::kVShape && chunks_per_device != 2))
+    return Result<Problem>::Error(Status::Invalid(std::string("cannot re-cut for placement ") + placement_name(placement) +
+                                                  " with " + std::to_string(chunks_per_device) +
+                                                  " chunk(s) per device (linear: 1, vshape: 2, interleaved: 1 to 64)"));
   Problem q = p;
   q.placement = placement;
   q.chunks_per_device = chunks_per_device;

@@ -104,8 +104,8 @@ struct Checker {
   void check_local_order() {
     for (int d = 0; d < D; d++) {
       for (const Op& op : s.devices[d].compute) {
-        const int i = op_id(S, M, op);
         if (op.stage < 0 || op.stage >= S || op.microbatch < 0 || op.microbatch >= M) continue;
+        const int i = op_id(S, M, op);
         if (device_of_id[i] != d) continue;
         auto need = [&](OpKind k, int st) {
           if (st < 0 || st >= S) return;
