@@ -9,10 +9,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "optpipe/cost_model.h"
 #include "optpipe/export.h"
 #include "optpipe/families.h"
 #include "optpipe/figures.h"
 #include "optpipe/json_io.h"
+#include "optpipe/optimize.h"
+#include "optpipe/units.h"
 #include "optpipe/validate.h"
 
 namespace py = pybind11;
@@ -73,6 +76,53 @@ PYBIND11_MODULE(optpipe, m) {
 
   m.def("default_problem", [] { return to_dict(problem_to_json(default_problem())); },
         "The built-in problem, as a dict in optpipe.problem/1 form.");
+
+  m.def("preset_problem", [](const std::string& model, const std::string& cluster, const py::object& budget,
+                             int microbatches) {
+    const ModelSpec* spec = find_model(model);
+    if (!spec) throw py::value_error("unknown model \"" + model + "\"");
+    ClusterSpec c = value_or_raise(find_cluster(cluster));
+    PlanSpec plan;
+    plan.num_microbatches = microbatches;
+    if (!budget.is_none()) {
+      const std::string text = py::isinstance<py::str>(budget) ? budget.cast<std::string>() : std::to_string(budget.cast<int64_t>());
+      if (!parse_bytes(text, &plan.mem_budget_bytes)) throw py::value_error("budget: expected a size such as \"60GiB\", got \"" + text + "\"");
+    }
+    return to_dict(problem_to_json(value_or_raise(build_problem(*spec, c, plan))));
+  }, py::arg("model"), py::arg("cluster"), py::arg("budget") = py::none(), py::arg("microbatches") = 0,
+     "The problem the cost model builds for a preset model on a cluster, e.g. (\"llama2-13b\", \"8xa100-40gb\", \"36GiB\").");
+
+  m.def("optimize", [](const py::object& problem, double time_limit_s, uint64_t seed, int threads, int64_t max_evaluations,
+                       bool exact) {
+    OptimizeOptions o;
+    o.time_limit_s = time_limit_s;
+    o.seed = seed;
+    o.threads = threads;
+    o.max_evaluations = max_evaluations;
+    o.exact = exact;
+    OptimizeResult r;
+    const Problem p = problem_arg(problem);
+    {
+      py::gil_scoped_release unlocked;  // the search runs its own threads
+      r = optimize(p, o);
+    }
+    if (!r.status.ok()) throw py::value_error(r.status.message);
+    py::dict out;
+    out["outcome"] = outcome_name(r.outcome);
+    out["problem"] = to_dict(problem_to_json(r.problem));
+    out["schedule"] = to_dict(schedule_to_json(r.schedule));
+    out["figures"] = to_dict(timeline_json(r.problem, r.timeline).dump());
+    out["lower_bound_us"] = r.lower_bound_us;
+    out["gap"] = r.gap;
+    out["needed_budget_bytes"] = r.needed_budget_bytes;
+    out["best_family"] = r.stats.baseline_family;
+    out["best_family_makespan_us"] = r.stats.baseline_makespan_us;
+    out["evaluations"] = r.stats.evaluations;
+    out["wall_s"] = r.stats.wall_s;
+    return out;
+  }, py::arg("problem") = py::none(), py::arg("time_limit_s") = 10.0, py::arg("seed") = 0, py::arg("threads") = 1,
+     py::arg("max_evaluations") = 0, py::arg("exact") = false,
+     "The fastest schedule found that fits: outcome, problem, schedule, figures, bound, gap, the best family for comparison.");
 
   m.def("schedule", [](const std::string& family, const py::object& problem, int chunks) {
     const Family* f = find_family(family);

@@ -51,6 +51,22 @@ class PythonModule(unittest.TestCase):
         _, notes = optpipe.export_csv(optpipe.schedule("1f1b-recompute", problem)["schedule"])
         self.assertTrue(any("recompute" in n for n in notes))
 
+    def test_preset_and_optimize(self):
+        problem = optpipe.preset_problem("gpt-7b", "4xh100", "30GiB", microbatches=8)
+        self.assertEqual(problem["num_devices"], 4)
+        self.assertEqual(problem["devices"][0]["mem_budget_bytes"], 30 << 30)
+        result = optpipe.optimize(problem, max_evaluations=2000)
+        self.assertIn(result["outcome"], ("optimal", "feasible"))
+        self.assertTrue(result["figures"]["fits_budget"])
+        self.assertLessEqual(result["lower_bound_us"], result["figures"]["makespan_us"])
+        if result["best_family"]:
+            self.assertLessEqual(result["figures"]["makespan_us"], result["best_family_makespan_us"] + 1e-6)
+        # The schedule it returns simulates to the same figures.
+        again = optpipe.simulate(result["problem"], result["schedule"])
+        self.assertAlmostEqual(again["makespan_us"], result["figures"]["makespan_us"])
+        with self.assertRaisesRegex(ValueError, "unknown model"):
+            optpipe.preset_problem("gpt-9000", "4xh100")
+
     def test_bad_input_raises_with_the_field(self):
         problem = optpipe.default_problem()
         problem["stages"][2]["t_b_us"] = -1
