@@ -149,3 +149,11 @@ TEST(Validate, HugeOpNumbersAreOutOfRangeNotUndefined) {
   f.schedule.devices[0].compute.push_back(Op{OpKind::kF, 999999999, 999999999});
   EXPECT_TRUE(mentions(validate(f.problem, f.schedule), "is out of range"));
 }
+
+TEST(Validate, AnInvalidProblemIsReportedNotSimulated) {
+  Fixture f = zb_h1();
+  f.problem.stages[1].t_f_us = -5;
+  Validation v = validate(f.problem, f.schedule);
+  ASSERT_FALSE(v.ok());
+  EXPECT_TRUE(mentions(v, "the problem itself is invalid: stages[1].t_f_us")) << v.summary();
+}

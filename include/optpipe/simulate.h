@@ -71,6 +71,8 @@ struct SimResult {
   bool ok() const { return status.ok(); }
 };
 
+// p must satisfy check_problem() (not re-checked here: this is the search's hot path; validate()
+// checks it).
 SimResult simulate(const Problem& p, const Schedule& s, const SimOptions& options = {});
 
 }  // namespace optpipe

@@ -165,6 +165,11 @@ std::string Validation::summary() const {
 Validation validate(const Problem& p, const Schedule& s, const ValidateOptions& options) {
   Validation v;
   Checker c(p, s);
+  if (Status st = check_problem(p); !st.ok()) {
+    c.report(-1, nullptr, "the problem itself is invalid: " + st.message);
+    v.issues = std::move(c.issues);
+    return v;
+  }
   if (static_cast<int>(s.devices.size()) != p.num_devices) {
     c.report(-1, nullptr, "schedule has " + std::to_string(s.devices.size()) + " devices, the problem has " +
                               std::to_string(p.num_devices));
