@@ -57,6 +57,10 @@ class Sim {
   std::vector<uint8_t> is_anchor_;
   std::vector<int> anchor_of_;  // by stage·M + mb: the anchor op id of that reload
   std::vector<double> start_, end_;
+  // Looked up, not recomputed, on the hot path: per op id its op and duration, per stage its device.
+  std::vector<Op> op_of_;
+  std::vector<double> dur_;
+  std::vector<int> stage_device_;
   std::vector<int> queue_ops_;
   std::vector<Queue> queues_;
   std::vector<int> shared_queues_;
@@ -92,6 +96,10 @@ Status Sim::build() {
   anchor_of_.assign(static_cast<size_t>(S_) * M_, -1);
   start_.assign(n, kNaN);
   end_.assign(n, kNaN);
+  op_of_.resize(n);
+  dur_.resize(n);
+  stage_device_.resize(S_);
+  for (int st = 0; st < S_; st++) stage_device_[st] = p_->device_of(st);
 
   // Resources: one compute stream per device, then two channels per host link.
   int max_link = 0;
@@ -114,6 +122,8 @@ Status Sim::build() {
     int i = op_id(S_, M_, op);
     if (present_[i]) return Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " appears twice");
     present_[i] = 1;
+    op_of_[i] = op;
+    dur_[i] = duration(op);
     queue_ops_.push_back(i);
     return Status::Ok();
   };
@@ -159,16 +169,16 @@ Status Sim::build() {
 }
 
 double Sim::ready_time(int i) const {
-  const Op op = op_from_id(*p_, i);
+  const Op op = op_of_[i];
   const int s = op.stage, mb = op.microbatch;
-  const int dev = p_->device_of(s);
+  const int dev = stage_device_[s];
   double ready = 0;  // time starts at 0
   auto after = [&](int dep, double latency_us) {
     if (std::isnan(ready)) return;
     if (!placed(dep)) { ready = kNaN; return; }
     ready = std::max(ready, end_[dep] + latency_us);
   };
-  auto hop = [&](int other_stage) { return p_->device_of(other_stage) == dev ? 0.0 : p_->t_comm_us; };
+  auto hop = [&](int other_stage) { return stage_device_[other_stage] == dev ? 0.0 : p_->t_comm_us; };
   switch (op.kind) {
     case OpKind::kF:
       if (s > 0) after(id(OpKind::kF, s - 1, mb), hop(s - 1));
@@ -195,7 +205,7 @@ double Sim::ready_time(int i) const {
 }
 
 void Sim::place(int i, int q, double start_us) {
-  const double end_us = start_us + duration(op_from_id(*p_, i));
+  const double end_us = start_us + dur_[i];
   start_[i] = start_us;
   end_[i] = end_us;
   resource_free_us_[queues_[q].resource] = end_us;
@@ -212,15 +222,15 @@ void Sim::wake(int q) {
 
 void Sim::wake_dependents(const Op& op) {
   const int s = op.stage;
-  const int dev = p_->device_of(s);
+  const int dev = stage_device_[s];
   switch (op.kind) {
     case OpKind::kF:
-      if (s + 1 < S_) wake(compute_queue(p_->device_of(s + 1)));
+      if (s + 1 < S_) wake(compute_queue(stage_device_[s + 1]));
       wake(d2h_queue(dev));
       break;
     case OpKind::kB:
     case OpKind::kBW:
-      if (s > 0) wake(compute_queue(p_->device_of(s - 1)));
+      if (s > 0) wake(compute_queue(stage_device_[s - 1]));
       break;
     case OpKind::kOffload: wake(h2d_queue(dev)); break;
     case OpKind::kReload: wake(compute_queue(dev)); break;
@@ -240,7 +250,7 @@ void Sim::advance(int q) {
       return;
     }
     place(i, q, std::max(ready, resource_free_us_[qu.resource]));
-    wake_dependents(op_from_id(*p_, i));
+    wake_dependents(op_of_[i]);
   }
 }
 
@@ -262,7 +272,7 @@ bool Sim::place_next_shared() {
   const int i = queue_ops_[qu.begin + qu.head];
   qu.candidate_ready_us = kNaN;
   place(i, best, best_start);
-  wake_dependents(op_from_id(*p_, i));
+  wake_dependents(op_of_[i]);
   wake(best);
   return true;
 }
@@ -345,18 +355,18 @@ void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
       f.busy_us += end_[i] - start_[i];
       f.first_start_us = std::min(f.first_start_us, start_[i]);
       f.last_end_us = std::max(f.last_end_us, end_[i]);
-      if (op_from_id(*p_, i).kind == OpKind::kR) f.num_recomputes++;
+      if (op_of_[i].kind == OpKind::kR) f.num_recomputes++;
     }
     for (int k = oq.begin; k < oq.end; k++) {
       const int i = queue_ops_[k];
       f.d2h_busy_us += end_[i] - start_[i];
-      f.offload_bytes += p_->stages[op_from_id(*p_, i).stage].act_f_bytes;
+      f.offload_bytes += p_->stages[op_of_[i].stage].act_f_bytes;
       f.last_end_us = std::max(f.last_end_us, end_[i]);
     }
     for (int k = rq.begin; k < rq.end; k++) {
       const int i = queue_ops_[k];
       f.h2d_busy_us += end_[i] - start_[i];
-      f.reload_bytes += p_->stages[op_from_id(*p_, i).stage].act_f_bytes;
+      f.reload_bytes += p_->stages[op_of_[i].stage].act_f_bytes;
       f.last_end_us = std::max(f.last_end_us, end_[i]);
     }
     makespan = std::max(makespan, f.last_end_us);
@@ -404,7 +414,7 @@ void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
         i = queue_ops_[ri++];
         at_start = true;
       }
-      const Op op = op_from_id(*p_, i);
+      const Op op = op_of_[i];
       const bool recomputed = op.kind == OpKind::kF && present_[id(OpKind::kR, op.stage, op.microbatch)];
       bytes += memory_delta(*p_, op, at_start, recomputed);
       if (bytes > f.peak_bytes) {
