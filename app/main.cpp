@@ -234,44 +234,53 @@ int cmd_compare(const std::string& problem_path, bool as_json) {
 
 // The HTML page: the comparison table, then the charts of the fastest family that fits and of
 // each family asked for.
-int cmd_report(const std::string& problem_path, const std::vector<std::string>& chart_families,
+// The comparison table's rows: every family, and the optimized schedule.
+std::vector<ReportRow> family_rows(const std::vector<FamilyRun>& runs) {
+  std::vector<ReportRow> rows;
+  for (const FamilyRun& o : runs)
+    rows.push_back({o.family->name, placement_label(*o.family), o.status.ok(), o.status.message, o.timeline.makespan_us,
+                    o.timeline.bubble_ratio, o.status.ok() ? max_peak(o.timeline) : 0, o.fits});
+  return rows;
+}
+
+ReportRow optimized_row(const OptimizeResult& r) {
+  return {"optimized", std::string(placement_name(r.problem.placement)) + " v" + std::to_string(r.problem.chunks_per_device),
+          true, "", r.timeline.makespan_us, r.timeline.bubble_ratio, max_peak(r.timeline), r.outcome != Outcome::kInfeasible};
+}
+
+// The charts: the optimized schedule beside the fastest family that fits, then any asked for.
+std::vector<ReportChart> report_charts(const OptimizeResult& r, const std::vector<FamilyRun>& runs,
+                                       const std::vector<std::string>& chart_families) {
+  const FamilyRun* best = fastest_fitting(runs);
+  std::vector<ReportChart> charts;
+  charts.push_back({r.outcome == Outcome::kInfeasible ? "Optimized (best found; over the budget)" : "Optimized",
+                    schedule_svg(r.problem, r.schedule, r.timeline, "optimized")});
+  if (best)
+    charts.push_back({std::string("Fastest family that fits: ") + best->family->name,
+                      schedule_svg(best->built.problem, best->built.schedule, best->timeline, best->family->name)});
+  for (const std::string& name : chart_families)
+    for (const FamilyRun& o : runs)
+      if (name == o.family->name && &o != best && o.status.ok())
+        charts.push_back({name, schedule_svg(o.built.problem, o.built.schedule, o.timeline, name)});
+  return charts;
+}
+
+int cmd_report(const std::string& problem_path, const std::vector<std::string>& chart_families, const OptimizeOptions& options,
                const std::string& out_path) {
   Result<Problem> p = load_problem(problem_path);
   if (!p.ok()) return fail(p.status);
   for (const std::string& name : chart_families)
     if (!find_family(name)) return fail(Status::Invalid("unknown family \"" + name + "\" (see: optpipe families)"));
-  std::vector<FamilyRun> outcomes = run_families(p.value, {.op_times = true, .memory_curve = true});
-  std::vector<ReportRow> rows;
-  const FamilyRun* best = fastest_fitting(outcomes);
-  for (const FamilyRun& o : outcomes) {
-    ReportRow r;
-    r.name = o.family->name;
-    r.placement = placement_label(*o.family);
-    r.applicable = o.status.ok();
-    r.reason = o.status.message;
-    if (r.applicable) {
-      r.makespan_us = o.timeline.makespan_us;
-      r.bubble_ratio = o.timeline.bubble_ratio;
-      r.peak_bytes = max_peak(o.timeline);
-      r.fits = o.fits;
-    }
-    rows.push_back(r);
-  }
-  std::vector<ReportChart> charts;
-  auto chart = [&](const FamilyRun& o, const std::string& heading) {
-    charts.push_back({heading, schedule_svg(o.built.problem, o.built.schedule, o.timeline, o.family->name)});
-  };
-  if (best) chart(*best, std::string("Fastest family that fits the budget: ") + best->family->name);
-  for (const std::string& name : chart_families)
-    for (const FamilyRun& o : outcomes)
-      if (name == o.family->name && &o != best) {
-        if (o.status.ok()) chart(o, name);
-      }
-  std::string html = html_report("optpipe report", problem_summary(p.value), rows, charts);
+  std::vector<FamilyRun> runs = run_families(p.value, {.op_times = true, .memory_curve = true});
+  OptimizeResult r = optimize(p.value, options);
+  if (!r.status.ok()) return fail(r.status);
+  std::vector<ReportRow> rows = family_rows(runs);
+  rows.push_back(optimized_row(r));
+  std::string html = html_report("optpipe report", problem_summary(p.value), rows, report_charts(r, runs, chart_families));
   Status st = emit(out_path, html);
   if (!st.ok()) return fail(st);
   if (!out_path.empty() && out_path != "-") std::fprintf(stderr, "optpipe: wrote %s\n", out_path.c_str());
-  return best ? kExitOk : kExitInfeasible;
+  return r.outcome != Outcome::kInfeasible ? kExitOk : kExitInfeasible;
 }
 
 void print_progress(const Progress& g) {
@@ -450,18 +459,11 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
   if (!a.problem_out_path.empty())
     if (Status st = write_text_file(a.problem_out_path, problem_to_json(p)); !st.ok()) return fail(st);
   if (charts) {
-    std::vector<ReportRow> report_rows;
-    for (const FamilyRun& o : outcomes)
-      report_rows.push_back({o.family->name, placement_label(*o.family), o.status.ok(), o.status.message,
-                             o.timeline.makespan_us, o.timeline.bubble_ratio, o.status.ok() ? max_peak(o.timeline) : 0, o.fits});
-    report_rows.push_back({"optimized", std::string(placement_name(r.problem.placement)) + " v" + std::to_string(r.problem.chunks_per_device),
-                           true, "", r.timeline.makespan_us, r.timeline.bubble_ratio, max_peak(r.timeline), fits});
-    std::vector<ReportChart> report_charts = {{"Optimized", schedule_svg(r.problem, r.schedule, r.timeline, "optimized")}};
-    if (best)
-      report_charts.push_back({std::string("Fastest family that fits: ") + best->family->name,
-                               schedule_svg(best->built.problem, best->built.schedule, best->timeline, best->family->name)});
+    std::vector<ReportRow> rows_html = family_rows(outcomes);
+    rows_html.push_back(optimized_row(r));
     const std::string title = "optpipe plan: " + a.model + " on " + a.cluster;
-    if (Status st = write_text_file(a.report_path, html_report(title, problem_summary(p), report_rows, report_charts)); !st.ok())
+    if (Status st = write_text_file(a.report_path, html_report(title, problem_summary(p), rows_html, report_charts(r, outcomes, {})));
+        !st.ok())
       return fail(st);
   }
 
@@ -541,14 +543,16 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"json", "trace", "csv", "svg"}));
   export_cmd->add_option("--out,-o", out_path, "output file (default: stdout)");
 
+  OptimizeOptions opt;
+  bool quiet = false;
   std::vector<std::string> chart_families = {"1f1b"};
   CLI::App* report_cmd = app.add_subcommand("report", "write an HTML page: comparison table and charts");
   add_problem(report_cmd);
   report_cmd->add_option("--chart", chart_families, "also chart these families (default: 1f1b)");
   report_cmd->add_option("--out,-o", out_path, "output file (default: stdout)");
+  report_cmd->add_option("--time-limit", opt.time_limit_s, "optimizer seconds")->check(CLI::Range(0.01, 1e6));
+  report_cmd->add_option("--seed", opt.seed, "random seed");
 
-  OptimizeOptions opt;
-  bool quiet = false;
   CLI::App* optimize_cmd = app.add_subcommand("optimize", "the fastest schedule that fits the budget, with a lower bound");
   add_problem(optimize_cmd);
   optimize_cmd->add_option("--time-limit", opt.time_limit_s, "seconds (the best so far is returned)")->check(CLI::Range(0.01, 1e6));
@@ -600,7 +604,7 @@ int main(int argc, char** argv) {
     if (*simulate_cmd) return cmd_simulate(problem_path, schedule_path, as_json);
     if (*compare_cmd) return cmd_compare(problem_path, as_json);
     if (*export_cmd) return cmd_export(problem_path, schedule_path, family, chunks, format, out_path);
-    if (*report_cmd) return cmd_report(problem_path, chart_families, out_path);
+    if (*report_cmd) return cmd_report(problem_path, chart_families, opt, out_path);
     if (*optimize_cmd) return cmd_optimize(problem_path, opt, quiet, as_json, out_path);
     if (*plan_cmd) return cmd_plan(plan, opt, quiet, as_json);
   } catch (const std::exception& e) {

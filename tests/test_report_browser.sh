@@ -16,7 +16,7 @@ fi
 # Flags for a closed network and a root user; a fresh profile every time.
 timeout 120 "$chromium_bin" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync --hide-scrollbars \
-  --user-data-dir="$tmp/profile" --window-size=1280,1500 --screenshot="$tmp/report.png" \
+  --user-data-dir="$tmp/profile" --window-size=1280,2600 --screenshot="$tmp/report.png" \
   "file://$tmp/report.html" >"$tmp/chromium.log" 2>&1 || { cat "$tmp/chromium.log"; exit 1; }
 [ -s "$tmp/report.png" ] || { echo "FAIL: no screenshot"; cat "$tmp/chromium.log"; exit 1; }
 
