@@ -115,29 +115,48 @@ TEST(Optimize, TimeLimitReturnsTheBestSoFar) {
 
 // ---- bounds ----
 
-TEST(Bounds, NoFamilyBeatsTheLowerBound) {
+TEST(Bounds, NoFittingScheduleBeatsTheLowerBound) {
   std::mt19937 rng(7);
-  for (int trial = 0; trial < 60; trial++) {
+  int fitting = 0, memory_bound_active = 0;
+  for (int trial = 0; trial < 80; trial++) {
     UniformSpec u;
     u.num_devices = 1 + static_cast<int>(rng() % 6);
     u.num_microbatches = 1 + static_cast<int>(rng() % 12);
     u.t_comm_us = rng() % 2 ? 0 : rng() % 300;
     Problem p = make_uniform_problem(u);
     for (StageSpec& st : p.stages) {
-      st.t_f_us = 100 + rng() % 900;
+      st.t_f_us = st.t_r_us = 100 + rng() % 900;
       st.t_b_us = 100 + rng() % 1800;
       st.t_w_us = 50 + rng() % 900;
     }
+    p.host_link = {1 + rng() % 50 * 1.0, 1 + rng() % 50 * 1.0, static_cast<double>(rng() % 20)};
+    // Budgets from one activation to twice what 1F1B keeps on device 0.
+    for (DeviceSpec& d : p.devices)
+      d.mem_budget_bytes = d.static_bytes + p.stages[0].act_f_bytes * (1 + static_cast<int64_t>(rng() % (2 * u.num_devices)));
+    const bool tight = makespan_lower_bound(p) > makespan_lower_bound(with_budget(p, int64_t{1} << 50));
+    memory_bound_active += tight;
     for (const Family& f : families()) {
       Result<FamilySchedule> fs = build_family(f, p);
       if (!fs.ok()) continue;
       SimResult r = simulate(fs.value.problem, fs.value.schedule);
       ASSERT_TRUE(r.ok());
-      EXPECT_GE(r.timeline.makespan_us + 1e-6, makespan_lower_bound(fs.value.problem)) << f.name << " trial " << trial;
       const std::vector<int64_t> need = budget_lower_bound(fs.value.problem);
-      for (int d = 0; d < p.num_devices; d++) EXPECT_GE(r.timeline.devices[d].peak_bytes, need[d]) << f.name;
+      bool fits = true;
+      for (int d = 0; d < p.num_devices; d++) {
+        EXPECT_GE(r.timeline.devices[d].peak_bytes, need[d]) << f.name;
+        fits = fits && r.timeline.devices[d].peak_bytes <= p.devices[d].mem_budget_bytes;
+      }
+      if (!fits) continue;
+      fitting++;
+      EXPECT_GE(r.timeline.makespan_us + 1e-6, makespan_lower_bound(fs.value.problem)) << f.name << " trial " << trial;
+    }
+    if (trial % 10 == 0) {  // the optimizer's schedules too, offloads and recomputes included
+      OptimizeResult o = optimize(p, quick(3000, trial));
+      expect_checked(o);
     }
   }
+  EXPECT_GT(fitting, 100);
+  EXPECT_GT(memory_bound_active, 5);  // the memory-time bound matters in some of these
 }
 
 // ---- against brute force ----

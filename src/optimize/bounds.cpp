@@ -1,5 +1,5 @@
-// Lower bounds that hold for every schedule of a problem, whatever its order, offloads and
-// recomputes: those only ever add work or delay it.
+// Lower bounds that hold for every schedule of a problem that fits its budget, whatever its
+// order, offloads and recomputes.
 #include <algorithm>
 #include <limits>
 
@@ -28,7 +28,72 @@ double makespan_lower_bound(const Problem& p) {
   for (int s = 0; s < S; s++) chain += (s == S - 1 ? p.stages[s].t_f_us : 0) + p.stages[s].t_b_us;
   for (int s = S - 1; s > 0; s--) chain += p.device_of(s) == p.device_of(s - 1) ? 0 : p.t_comm_us;
   chain += p.stages[0].t_w_us;
-  return std::max(bound, chain);
+  bound = std::max(bound, chain);
+
+  // Memory-time area. Activation memory never exceeds C = budget − static, so over a makespan T
+  // the activations' bytes × lifetimes sum to at most C·T. An activation kept from F's start to
+  // B's end lives at least t_F + (the round trip through the later stages) + t_B. Offloading
+  // shortens that by the round trip less both transfers, at channel time t_offload each;
+  // recomputing keeps only the input in between, at device time t_R each. Whatever a schedule
+  // chooses, its area, device time and channel time satisfy these; the smallest T for which
+  // even the most favourable (fractional) choices satisfy them is a lower bound.
+  std::vector<double> round_trip(S, 0);  // F(s) end → B(s) start, at least
+  for (int s = S - 2; s >= 0; s--) {
+    const double hop = p.device_of(s) == p.device_of(s + 1) ? 0 : p.t_comm_us;
+    round_trip[s] = round_trip[s + 1] + 2 * hop + p.stages[s + 1].t_f_us + p.stages[s + 1].t_b_us;
+  }
+  for (int d = 0; d < D; d++) {
+    const double capacity = static_cast<double>(p.devices[d].mem_budget_bytes - p.devices[d].static_bytes);
+    if (capacity <= 0) continue;  // nothing fits: no bound needed
+    struct Class {
+      double save_offload, t_offload, save_recompute, t_recompute;
+    };
+    std::vector<Class> classes;
+    double area = 0;  // every activation kept
+    for (int s = 0; s < S; s++) {
+      if (p.device_of(s) != d) continue;
+      const StageSpec& st = p.stages[s];
+      const double a_f = static_cast<double>(st.act_f_bytes), a_w = -static_cast<double>(st.act_w_bytes);
+      area += M * (a_f * (st.t_f_us + round_trip[s] + st.t_b_us) + a_w * st.t_w_us);
+      classes.push_back({a_f * std::max(0.0, round_trip[s] - p.offload_us(s) - p.reload_us(s)), p.offload_us(s),
+                         (a_f - static_cast<double>(st.act_input_bytes)) * std::max(0.0, round_trip[s] - st.t_r_us), st.t_r_us});
+    }
+    // The most area that choices fitting in `budget_us` of one resource can save (fractional).
+    auto best_saving = [&](double budget_us, bool offload) {
+      std::vector<std::pair<double, double>> items;  // (saving per µs, saving of all M)
+      for (const Class& c : classes) {
+        const double save = offload ? c.save_offload : c.save_recompute, t = offload ? c.t_offload : c.t_recompute;
+        if (save <= 0) continue;
+        if (t <= 0) return std::numeric_limits<double>::infinity();
+        items.push_back({save / t, save * M});
+      }
+      std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      double saved = 0;
+      for (const auto& [rate, all] : items) {
+        const double take = std::min(all, rate * std::max(0.0, budget_us));
+        saved += take;
+        budget_us -= take / rate;
+        if (budget_us <= 0) break;
+      }
+      return saved;
+    };
+    double most_per_activation = 0;
+    for (const Class& c : classes) most_per_activation += M * std::max(c.save_offload, c.save_recompute);
+    const double start = first[d] + work[d];
+    auto fits_by = [&](double T) {
+      const double saved = std::min(most_per_activation, best_saving(T, true) + best_saving(T - start, false));
+      return area - saved <= capacity * T;
+    };
+    if (fits_by(start)) continue;
+    double lo = start, hi = std::max(2 * start, area / capacity);
+    while (!fits_by(hi)) hi *= 2;
+    for (int k = 0; k < 60; k++) {
+      const double mid = (lo + hi) / 2;
+      (fits_by(mid) ? hi : lo) = mid;
+    }
+    bound = std::max(bound, lo);
+  }
+  return bound;
 }
 
 std::vector<int64_t> budget_lower_bound(const Problem& p) {
