@@ -3,9 +3,11 @@
 //
 // The optimizer decides the order of F/B/W (and fused BW) on every device and, for every
 // activation, whether to keep it, offload it (and when to reload it) or recompute it. It starts
-// from every published family that applies (re-cut to its placement), keeps the best, and
-// improves it by local search; every candidate is scored by the simulator: first the memory
-// overflow (bytes over budget, summed over devices), then the makespan. Every schedule returned
+// from every published family that applies (re-cut to its placement) and from greedy list
+// schedules under activation limits, each also repaired to fit the budget by offloading or
+// recomputing; the best few are improved by local search, every candidate scored by the
+// simulator: first the memory overflow (bytes over budget, summed over devices), then the
+// makespan. With `exact`, the CP and MILP models then use the time left. Every schedule returned
 // has been validated and simulated.
 //
 //   OptimizeOptions o;
