@@ -304,10 +304,8 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
   if (!r.status.ok()) return fail(r.status);
 
   const Timeline& t = r.timeline;
-  double idle = 0;
-  for (const DeviceFigures& d : t.devices) idle += d.idle_us;
   const bool has_baseline = !r.stats.baseline_family.empty();
-  const double idle_reduction = has_baseline && r.stats.baseline_idle_us > 0 ? 1 - idle / r.stats.baseline_idle_us : 0;
+  const double idle_reduction = has_baseline && r.stats.baseline_idle_us > 0 ? 1 - t.idle_us / r.stats.baseline_idle_us : 0;
   const bool fits = r.outcome != Outcome::kInfeasible;
   if (fits && !out_path.empty()) {
     if (Status st = write_text_file(out_path, schedule_to_json(r.schedule)); !st.ok()) return fail(st);

@@ -85,12 +85,6 @@ Status set_budget(const std::string& kind, Problem* p) {
   return Status::Ok();
 }
 
-double idle_us(const Timeline& t) {
-  double idle = 0;
-  for (const DeviceFigures& d : t.devices) idle += d.idle_us;
-  return idle;
-}
-
 struct Row {
   std::string name;
   int devices = 0, microbatches = 0;
@@ -173,7 +167,7 @@ int main(int argc, char** argv) {
     if (best) {
       row.baseline = best->family->name;
       row.baseline_us = best->timeline.makespan_us;
-      row.baseline_idle_us = idle_us(best->timeline);
+      row.baseline_idle_us = best->timeline.idle_us;
     }
     OptimizeResult r = optimize(p.value, options);
     if (!r.status.ok()) {
@@ -182,7 +176,7 @@ int main(int argc, char** argv) {
     }
     row.outcome = outcome_name(r.outcome);
     row.optimized_us = r.timeline.makespan_us;
-    row.optimized_idle_us = idle_us(r.timeline);
+    row.optimized_idle_us = r.timeline.idle_us;
     row.bound_us = r.lower_bound_us;
     row.gap = r.gap;
     row.wall_s = r.stats.wall_s;

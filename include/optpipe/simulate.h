@@ -55,6 +55,7 @@ struct Timeline {
   double makespan_us = 0;  // end of the last op anywhere
   double max_span_us = 0;  // longest per-device span (steady-state period)
   double bubble_ratio = 0;  // 1 − Σ busy / (D · makespan)
+  double idle_us = 0;       // Σ over devices of makespan − busy
   std::vector<std::vector<MemoryPoint>> memory;  // per device, only with SimOptions::memory_curve
 };
 

@@ -1,5 +1,6 @@
 // The one table of schedule families, shared by the CLI, the tests and the docs.
 #include "families/common.h"
+#include "optpipe/figures.h"
 #include "optpipe/validate.h"
 
 namespace optpipe {
@@ -69,9 +70,7 @@ std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim) {
     Validation v = validate(run.built.problem, run.built.schedule, {.check_memory_budget = false, .sim = sim});
     OPTPIPE_CHECK(v.ok(), std::string("family ") + f.name + " produced an invalid schedule: " + v.summary());
     run.timeline = std::move(v.sim.timeline);
-    run.fits = true;
-    for (int d = 0; d < run.built.problem.num_devices; d++)
-      run.fits = run.fits && run.timeline.devices[d].peak_bytes <= run.built.problem.devices[d].mem_budget_bytes;
+    run.fits = fits_budget(run.built.problem, run.timeline);
     out.push_back(std::move(run));
   }
   return out;

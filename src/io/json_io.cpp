@@ -14,6 +14,23 @@ using json = nlohmann::json;
 
 const char* type_name(const json& j) { return j.type_name(); }
 
+// A JSON integer (or an integral float) that fits int64; false for anything else.
+bool to_int64(const json& v, int64_t* out) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return false;
+  if (v.is_number_integer()) {
+    *out = v.get<int64_t>();
+    return true;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e18) {
+      *out = static_cast<int64_t>(d);
+      return true;
+    }
+  }
+  return false;
+}
+
 // Reads one JSON object field by field, remembering the first error with its path.
 class Reader {
  public:
@@ -45,20 +62,8 @@ class Reader {
 
   void integer(const char* key, int64_t* out, bool required) {
     const json* v = get(key, required);
-    if (!v) return;
-    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-      return fail(field(key), "is out of range, got " + v->dump());
-    if (v->is_number_integer()) {
-      *out = v->get<int64_t>();
-      return;
-    }
-    if (v->is_number_float()) {
-      const double d = v->get<double>();
-      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e18) {
-        *out = static_cast<int64_t>(d);
-        return;
-      }
-    }
+    if (!v || to_int64(*v, out)) return;
+    if (v->is_number_unsigned()) return fail(field(key), "is out of range, got " + v->dump());
     fail(field(key), std::string("expected an integer, got ") + (v->is_number() ? v->dump() : type_name(*v)));
   }
 
@@ -316,10 +321,8 @@ Status apply_profile(const std::string& profile_json, Problem* p) {
       r.fail("static_bytes", "must have one entry per device (" + std::to_string(q.devices.size()) + "), got " +
                                  std::to_string(statics->size()));
     for (size_t d = 0; d < statics->size() && err.ok(); d++) {
-      const json& v = (*statics)[d];
-      if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
-        r.fail("static_bytes[" + std::to_string(d) + "]", "expected an integer in range, got " + v.dump());
-      else q.devices[d].static_bytes = v.get<int64_t>();
+      if (!to_int64((*statics)[d], &q.devices[d].static_bytes))
+        r.fail("static_bytes[" + std::to_string(d) + "]", "expected an integer in range, got " + (*statics)[d].dump());
     }
   }
   r.finish();

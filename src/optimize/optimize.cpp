@@ -9,6 +9,7 @@
 #include "optpipe/cp.h"
 #include "optpipe/milp.h"
 #include "optpipe/families.h"
+#include "optpipe/figures.h"
 #include "optpipe/optimize.h"
 #include "optpipe/validate.h"
 
@@ -169,16 +170,10 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     if (!fs.ok()) continue;
     SimResult sim = simulate(fs.value.problem, fs.value.schedule, {.op_times = false});
     OPTPIPE_CHECK(sim.ok(), std::string("family ") + f.name + " must simulate");
-    bool fits = true;
-    double idle = 0;
-    for (int d = 0; d < p.num_devices; d++) {
-      fits = fits && sim.timeline.devices[d].peak_bytes <= p.devices[d].mem_budget_bytes;
-      idle += sim.timeline.devices[d].idle_us;
-    }
-    if (fits && (out.stats.baseline_family.empty() || sim.timeline.makespan_us < out.stats.baseline_makespan_us)) {
+    if (fits_budget(fs.value.problem, sim.timeline) && (out.stats.baseline_family.empty() || sim.timeline.makespan_us < out.stats.baseline_makespan_us)) {
       out.stats.baseline_family = f.name;
       out.stats.baseline_makespan_us = sim.timeline.makespan_us;
-      out.stats.baseline_idle_us = idle;
+      out.stats.baseline_idle_us = sim.timeline.idle_us;
     }
     add_start(f.name, std::move(fs.value), &starts);
   }
@@ -280,11 +275,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
                           {.check_memory_budget = false, .sim = {.op_times = true, .memory_curve = true}});
   OPTPIPE_CHECK(v.ok(), "the optimizer produced an invalid schedule: " + v.summary());
   out.timeline = std::move(v.sim.timeline);
-  bool fits = true;
-  for (int d = 0; d < p.num_devices; d++) {
-    out.needed_budget_bytes.push_back(out.timeline.devices[d].peak_bytes);
-    fits = fits && out.timeline.devices[d].peak_bytes <= out.problem.devices[d].mem_budget_bytes;
-  }
+  for (const DeviceFigures& f : out.timeline.devices) out.needed_budget_bytes.push_back(f.peak_bytes);
+  const bool fits = fits_budget(out.problem, out.timeline);
   out.budget_lower_bound_bytes = budget_lower_bound(out.problem);
   out.lower_bound_us = bound;
   const double makespan = out.timeline.makespan_us;

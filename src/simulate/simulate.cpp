@@ -430,7 +430,11 @@ void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
       }
     }
   }
-  for (DeviceFigures& f : t->devices) f.idle_us = makespan - f.busy_us;
+  t->idle_us = 0;
+  for (DeviceFigures& f : t->devices) {
+    f.idle_us = makespan - f.busy_us;
+    t->idle_us += f.idle_us;
+  }
   t->makespan_us = makespan;
   t->max_span_us = max_span;
   t->bubble_ratio = makespan > 0 ? 1.0 - total_busy / (D_ * makespan) : 0.0;
