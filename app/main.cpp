@@ -60,6 +60,12 @@ Status emit(const std::string& path, const std::string& text) {
 }
 
 // Paths in the output may hold bytes that are not UTF-8: replaced, never thrown on.
+// "vshape v2": a placement and its chunks per device, as the tables show them.
+std::string placement_label(Placement p, int chunks_per_device) {
+  return std::string(placement_name(p)) + " v" + std::to_string(chunks_per_device);
+}
+std::string placement_label(const Family& f) { return placement_label(f.placement, f.chunks_per_device); }
+
 void print_json(const json& j) { std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str()); }
 
 int cmd_families(bool as_json) {
@@ -75,7 +81,7 @@ int cmd_families(bool as_json) {
   }
   std::vector<std::vector<std::string>> rows = {{"family", "placement", "description"}};
   for (const Family& f : families())
-    rows.push_back({f.name, std::string(placement_name(f.placement)) + " v" + std::to_string(f.chunks_per_device),
+    rows.push_back({f.name, placement_label(f),
                     f.description});
   std::fputs(aligned_table(rows).c_str(), stdout);
   return kExitOk;
@@ -181,9 +187,6 @@ int cmd_export(const std::string& problem_path, const std::string& schedule_path
   return st.ok() ? kExitOk : fail(st);
 }
 
-std::string placement_label(const Family& f) {
-  return std::string(placement_name(f.placement)) + " v" + std::to_string(f.chunks_per_device);
-}
 
 int64_t max_peak(const Timeline& t) {
   int64_t peak = 0;
@@ -247,7 +250,7 @@ std::vector<ReportRow> family_rows(const std::vector<FamilyRun>& runs) {
 }
 
 ReportRow optimized_row(const OptimizeResult& r) {
-  return {"optimized", std::string(placement_name(r.problem.placement)) + " v" + std::to_string(r.problem.chunks_per_device),
+  return {"optimized", placement_label(r.problem.placement, r.problem.chunks_per_device),
           true, "", r.timeline.makespan_us, r.timeline.bubble_ratio, max_peak(r.timeline), r.outcome != Outcome::kInfeasible};
 }
 
