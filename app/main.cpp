@@ -2,7 +2,9 @@
 // (a schedule over its budget, nothing fits), 70 internal error (a bug: please report it).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <climits>
 #include <cstdio>
+#include <unistd.h>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -16,48 +18,13 @@
 #include "optpipe/simulate.h"
 #include "optpipe/units.h"
 #include "optpipe/validate.h"
+#include "inputs.h"
 #include "report.h"
 
 using namespace optpipe;
 using json = nlohmann::json;
 
 namespace {
-
-constexpr int kExitOk = 0, kExitBadInput = 1, kExitUsage = 2, kExitInfeasible = 3;
-
-// The one place a status becomes an exit code.
-int exit_code(const Status& s) {
-  switch (s.code) {
-    case StatusCode::kOk: return kExitOk;
-    case StatusCode::kInvalidInput: return kExitBadInput;
-    case StatusCode::kInfeasible: return kExitInfeasible;
-    case StatusCode::kUsage: return kExitUsage;
-  }
-  return kExitBadInput;
-}
-
-int fail(const Status& s) {
-  std::fprintf(stderr, "optpipe: %s\n", s.message.c_str());
-  return exit_code(s);
-}
-
-Result<Problem> load_problem(const std::string& path) {
-  if (path.empty()) return Result<Problem>::Of(default_problem());
-  Result<std::string> text = read_text_file(path);
-  if (!text.ok()) return Result<Problem>::Error(text.status);
-  Result<Problem> p = problem_from_json(text.value);
-  if (!p.ok()) p.status.message = path + ": " + p.status.message;
-  return p;
-}
-
-// Writes to the file, or to stdout when the path is empty or "-".
-Status emit(const std::string& path, const std::string& text) {
-  if (path.empty() || path == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    return Status::Ok();
-  }
-  return write_text_file(path, text);
-}
 
 // Paths in the output may hold bytes that are not UTF-8: replaced, never thrown on.
 // "vshape v2": a placement and its chunks per device, as the tables show them.
@@ -85,33 +52,6 @@ int cmd_families(bool as_json) {
                     f.description});
   std::fputs(aligned_table(rows).c_str(), stdout);
   return kExitOk;
-}
-
-// The schedule to work on: read from a file, or built by a family. A schedule made for another
-// placement of the same model (a V-shape schedule, a linear problem) gets the problem re-cut.
-Result<FamilySchedule> load_schedule(const std::string& problem_path, const std::string& schedule_path,
-                                     const std::string& family, int chunks) {
-  using R = Result<FamilySchedule>;
-  Result<Problem> p = load_problem(problem_path);
-  if (!p.ok()) return R::Error(p.status);
-  if (schedule_path.empty() == family.empty())
-    return R::Error(Status{StatusCode::kUsage, "give either --schedule FILE or --family NAME"});
-  if (!family.empty()) {
-    const Family* f = find_family(family);
-    if (!f) return R::Error(Status::Invalid("unknown family \"" + family + "\" (see: optpipe families)"));
-    return build_family(*f, p.value, chunks);
-  }
-  Result<std::string> text = read_text_file(schedule_path);
-  if (!text.ok()) return R::Error(text.status);
-  Result<Schedule> s = schedule_from_json(text.value);
-  if (!s.ok()) return R::Error(Status::Invalid(schedule_path + ": " + s.status.message));
-  FamilySchedule out{p.value, std::move(s.value)};
-  if (out.schedule.placement != out.problem.placement || out.schedule.chunks_per_device != out.problem.chunks_per_device) {
-    Result<Problem> re = rechunk(out.problem, out.schedule.placement, out.schedule.chunks_per_device);
-    if (!re.ok()) return R::Error(re.status);
-    out.problem = std::move(re.value);
-  }
-  return R::Of(std::move(out));
 }
 
 // Validates (structure, deadlock; not the budget) and simulates.
@@ -502,7 +442,27 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
 
 }  // namespace
 
+// `run` and `profile` live in optpipe-runtime, the one program that links LibTorch, built next
+// to this one: hand the whole command line over to it.
+int exec_runtime(int argc, char** argv) {
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string path = n > 0 ? std::string(self, n) : std::string();
+  path = path.substr(0, path.rfind('/') + 1) + "optpipe-runtime";
+  if (access(path.c_str(), X_OK) != 0)
+    return fail(Status::Invalid(std::string("`optpipe ") + argv[1] +
+                                "` needs the LibTorch runtime, which this build lacks (" + path +
+                                " not found): install libtorch-dev, libgloo-dev and libopenblas0-pthread "
+                                "(./scripts/setup.sh does) and build again"));
+  std::vector<char*> args(argv, argv + argc);
+  args[0] = path.data();
+  args.push_back(nullptr);
+  execv(path.c_str(), args.data());
+  return fail(Status::Invalid("cannot start " + path));
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::string(argv[1]) == "run" || std::string(argv[1]) == "profile")) return exec_runtime(argc, argv);
   CLI::App app{"optpipe: pipeline-parallel schedules under a memory budget"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "optpipe 0.1.0");
@@ -515,6 +475,9 @@ int main(int argc, char** argv) {
   };
   auto add_json = [&](CLI::App* c) { c->add_flag("--json", as_json, "print one JSON object on stdout"); };
 
+  // Listed for --help; main() hands them to optpipe-runtime before parsing.
+  app.add_subcommand("run", "execute a schedule for real on LibTorch + c10d and compare with the simulator (optpipe-runtime run --help)");
+  app.add_subcommand("profile", "measure the runtime's model on this machine: profile and problem JSON (optpipe-runtime profile --help)");
   CLI::App* families_cmd = app.add_subcommand("families", "list the schedule families");
   add_json(families_cmd);
 
@@ -571,7 +534,7 @@ int main(int argc, char** argv) {
 
   PlanArgs plan;
   CLI::App* plan_cmd = app.add_subcommand("plan", "model + cluster + budget: every family and the optimizer, one table, the best schedule");
-  plan_cmd->add_option("--model", plan.model, "model preset (llama2-7b, llama2-13b, llama2-70b, gpt-7b, gpt-14b)");
+  plan_cmd->add_option("--model", plan.model, "model preset (llama2-7b, llama2-13b, llama2-70b, gpt-7b, gpt-14b, gpt-tiny)");
   plan_cmd->add_option("--cluster", plan.cluster, "<count>x<gpu>: gpu one of a100-40gb, a100-80gb, h100, h200");
   plan_cmd->add_option("--budget", plan.budget, "memory per GPU, e.g. 60GiB (default: 90% of its HBM)");
   plan_cmd->add_option("--microbatches", plan.microbatches, "per iteration (default: 4 × GPUs)")->check(CLI::Range(1, 100000));
@@ -613,7 +576,7 @@ int main(int argc, char** argv) {
     if (*plan_cmd) return cmd_plan(plan, opt, quiet, as_json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "optpipe: internal error: %s\n", e.what());
-    return 70;
+    return kExitInternal;
   }
   return kExitUsage;
 }

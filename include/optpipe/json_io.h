@@ -26,13 +26,16 @@ std::string problem_to_json(const Problem& p);  // pretty-printed, every field
 Result<Schedule> schedule_from_json(const std::string& text);
 std::string schedule_to_json(const Schedule& s);  // one op name per entry, e.g. "BW3 s1"
 
-// Overrides stage times and bytes (and optionally t_comm_us and devices' static bytes) with
-// measured ones. Format "optpipe.profile/1":
+// Overrides stage times and bytes (and optionally t_comm_us, devices' static bytes and the host
+// link) with measured ones. Format "optpipe.profile/1":
 //   {"stages": [{"t_f_us", "t_b_us", "t_w_us", "t_r_us", "act_f_bytes", "act_w_bytes",
-//                "act_input_bytes"}, ...], "t_comm_us": ..., "static_bytes": [...]}
+//                "act_input_bytes"}, ...], "t_comm_us": ..., "static_bytes": [...],
+//    "host_link": {"d2h_gb_per_s", "h2d_gb_per_s", "latency_us"}}
 // Every field is optional; "stages" and "static_bytes", when present, have one entry per stage
 // and per device. act_b_bytes follows as −act_f_bytes − act_w_bytes. The result is checked.
 Status apply_profile(const std::string& profile_json, Problem* p);
+// The measured fields of `p` in that format (what `optpipe profile` writes).
+std::string profile_to_json(const Problem& p);
 
 // Whole-file helpers: the error names the path when the file cannot be read.
 Result<std::string> read_text_file(const std::string& path);

@@ -26,6 +26,8 @@ const std::vector<ModelSpec>& model_presets() {
       {"llama2-7b", 32, 4096, 11008, 32, 32, 4096, 32000, Mlp::kSwiGlu},
       {"llama2-13b", 40, 5120, 13824, 40, 40, 4096, 32000, Mlp::kSwiGlu},
       {"llama2-70b", 80, 8192, 28672, 64, 8, 4096, 32000, Mlp::kSwiGlu},
+      // The runtime's default: small enough to train on a CPU, fp32, attention scores kept.
+      {"gpt-tiny", 8, 128, 512, 4, 4, 64, 256, Mlp::kGelu, false, 4},
   };
   return kModels;
 }

@@ -117,6 +117,21 @@ Result<json> parse(const std::string& text, const char* what) {
   }
 }
 
+// The optional "host_link" object of a problem or a profile.
+void read_host_link(Reader& r, HostLinkSpec* link, Status* err) {
+  const json* h = r.get("host_link", false);
+  if (!h) return;
+  Reader hr(*h, "host_link", err);
+  hr.number("d2h_gb_per_s", &link->d2h_gb_per_s, false);
+  hr.number("h2d_gb_per_s", &link->h2d_gb_per_s, false);
+  hr.number("latency_us", &link->latency_us, false);
+  hr.finish();
+}
+
+json host_link_json(const HostLinkSpec& link) {
+  return {{"d2h_gb_per_s", link.d2h_gb_per_s}, {"h2d_gb_per_s", link.h2d_gb_per_s}, {"latency_us", link.latency_us}};
+}
+
 void check_format(Reader& r, const char* expected) {
   std::string format = expected;
   r.string("format", &format, false);
@@ -176,13 +191,7 @@ Result<Problem> problem_from_json(const std::string& text) {
       p.devices.push_back(dev);
     }
   }
-  if (const json* h = r.get("host_link", false)) {
-    Reader hr(*h, "host_link", &err);
-    hr.number("d2h_gb_per_s", &p.host_link.d2h_gb_per_s, false);
-    hr.number("h2d_gb_per_s", &p.host_link.h2d_gb_per_s, false);
-    hr.number("latency_us", &p.host_link.latency_us, false);
-    hr.finish();
-  }
+  read_host_link(r, &p.host_link, &err);
   r.finish();
   if (err.ok()) err = check_problem(p);
   if (!err.ok()) return Result<Problem>::Error(err);
@@ -215,9 +224,7 @@ std::string problem_to_json(const Problem& p) {
   for (const DeviceSpec& d : p.devices)
     j["devices"].push_back(
         {{"static_bytes", d.static_bytes}, {"mem_budget_bytes", d.mem_budget_bytes}, {"host_link", d.host_link}});
-  j["host_link"] = {{"d2h_gb_per_s", p.host_link.d2h_gb_per_s},
-                    {"h2d_gb_per_s", p.host_link.h2d_gb_per_s},
-                    {"latency_us", p.host_link.latency_us}};
+  j["host_link"] = host_link_json(p.host_link);
   return j.dump(2) + "\n";
 }
 
@@ -316,6 +323,7 @@ Status apply_profile(const std::string& profile_json, Problem* p) {
     }
   }
   r.number("t_comm_us", &q.t_comm_us, false);
+  read_host_link(r, &q.host_link, &err);
   if (const json* statics = r.array("static_bytes", false)) {
     if (err.ok() && statics->size() != q.devices.size())
       r.fail("static_bytes", "must have one entry per device (" + std::to_string(q.devices.size()) + "), got " +
@@ -330,6 +338,25 @@ Status apply_profile(const std::string& profile_json, Problem* p) {
   if (!err.ok()) return err;
   *p = std::move(q);
   return Status::Ok();
+}
+
+std::string profile_to_json(const Problem& p) {
+  json j;
+  j["format"] = kProfileFormat;
+  j["stages"] = json::array();
+  for (const StageSpec& st : p.stages)
+    j["stages"].push_back({{"t_f_us", st.t_f_us},
+                           {"t_b_us", st.t_b_us},
+                           {"t_w_us", st.t_w_us},
+                           {"t_r_us", st.t_r_us},
+                           {"act_f_bytes", st.act_f_bytes},
+                           {"act_w_bytes", st.act_w_bytes},
+                           {"act_input_bytes", st.act_input_bytes}});
+  j["t_comm_us"] = p.t_comm_us;
+  j["static_bytes"] = json::array();
+  for (const DeviceSpec& d : p.devices) j["static_bytes"].push_back(d.static_bytes);
+  j["host_link"] = host_link_json(p.host_link);
+  return j.dump(2) + "\n";
 }
 
 Result<std::string> read_text_file(const std::string& path) {

@@ -1,0 +1,67 @@
+#include "inputs.h"
+
+#include <cstdio>
+
+#include "optpipe/json_io.h"
+
+namespace optpipe {
+
+// The one place a status becomes an exit code.
+int exit_code(const Status& s) {
+  switch (s.code) {
+    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kInvalidInput: return kExitBadInput;
+    case StatusCode::kInfeasible: return kExitInfeasible;
+    case StatusCode::kUsage: return kExitUsage;
+  }
+  return kExitBadInput;
+}
+
+int fail(const Status& s, const char* tool) {
+  std::fprintf(stderr, "%s: %s\n", tool, s.message.c_str());
+  return exit_code(s);
+}
+
+Result<Problem> load_problem(const std::string& path) {
+  if (path.empty()) return Result<Problem>::Of(default_problem());
+  Result<std::string> text = read_text_file(path);
+  if (!text.ok()) return Result<Problem>::Error(text.status);
+  Result<Problem> p = problem_from_json(text.value);
+  if (!p.ok()) p.status.message = path + ": " + p.status.message;
+  return p;
+}
+
+Status emit(const std::string& path, const std::string& text) {
+  if (path.empty() || path == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return Status::Ok();
+  }
+  return write_text_file(path, text);
+}
+
+Result<FamilySchedule> load_schedule(const std::string& problem_path, const std::string& schedule_path,
+                                     const std::string& family, int chunks) {
+  using R = Result<FamilySchedule>;
+  Result<Problem> p = load_problem(problem_path);
+  if (!p.ok()) return R::Error(p.status);
+  if (schedule_path.empty() == family.empty())
+    return R::Error(Status{StatusCode::kUsage, "give either --schedule FILE or --family NAME"});
+  if (!family.empty()) {
+    const Family* f = find_family(family);
+    if (!f) return R::Error(Status::Invalid("unknown family \"" + family + "\" (see: optpipe families)"));
+    return build_family(*f, p.value, chunks);
+  }
+  Result<std::string> text = read_text_file(schedule_path);
+  if (!text.ok()) return R::Error(text.status);
+  Result<Schedule> s = schedule_from_json(text.value);
+  if (!s.ok()) return R::Error(Status::Invalid(schedule_path + ": " + s.status.message));
+  FamilySchedule out{p.value, std::move(s.value)};
+  if (out.schedule.placement != out.problem.placement || out.schedule.chunks_per_device != out.problem.chunks_per_device) {
+    Result<Problem> re = rechunk(out.problem, out.schedule.placement, out.schedule.chunks_per_device);
+    if (!re.ok()) return R::Error(re.status);
+    out.problem = std::move(re.value);
+  }
+  return R::Of(std::move(out));
+}
+
+}  // namespace optpipe

@@ -1,0 +1,32 @@
+// inputs.h — what the command-line tools share: exit codes, reading a problem and a schedule
+// (from a file or a family), writing output.
+#pragma once
+
+#include <string>
+
+#include "optpipe/families.h"
+#include "optpipe/problem.h"
+#include "optpipe/status.h"
+
+namespace optpipe {
+
+// Exit codes: 0 ok, 1 bad input, 2 usage, 3 infeasible; 70 internal error (a bug).
+constexpr int kExitOk = 0, kExitBadInput = 1, kExitUsage = 2, kExitInfeasible = 3, kExitInternal = 70;
+
+int exit_code(const Status& s);
+
+// Prints "<tool>: <message>" on stderr and returns the status's exit code.
+int fail(const Status& s, const char* tool = "optpipe");
+
+// The problem in `path`, or the built-in problem when the path is empty.
+Result<Problem> load_problem(const std::string& path);
+
+// Writes to the file, or to stdout when the path is empty or "-".
+Status emit(const std::string& path, const std::string& text);
+
+// The schedule to work on: read from a file, or built by a family. A schedule made for another
+// placement of the same model (a V-shape schedule, a linear problem) gets the problem re-cut.
+Result<FamilySchedule> load_schedule(const std::string& problem_path, const std::string& schedule_path,
+                                     const std::string& family, int chunks);
+
+}  // namespace optpipe

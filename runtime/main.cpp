@@ -1,0 +1,327 @@
+// optpipe-runtime — the one program that links LibTorch; `optpipe run` and `optpipe profile`
+// hand over to it. Exit codes as optpipe's: 0 ok, 1 bad input or a failed run/check, 2 usage,
+// 3 a schedule over its budget, 70 internal error.
+//
+//   run      execute a schedule: one process per device on this machine (or, with RANK,
+//            WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, this process is one rank, as under
+//            torchrun), then measured figures beside the simulator's prediction
+//   profile  measure the model on this machine and write the profile (and problem) JSON
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "../app/inputs.h"
+#include "../app/report.h"
+#include "engine.h"
+#include "launch.h"
+#include "optpipe/export.h"
+#include "optpipe/json_io.h"
+#include "optpipe/units.h"
+#include "optpipe/validate.h"
+#include "profile.h"
+
+using namespace optpipe;
+using namespace optpipe::runtime;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kTool = "optpipe-runtime";
+
+struct ModelArgs {
+  std::string preset = "gpt-tiny";
+  int layers = 0, hidden = 0, ffn = 0, heads = 0, seq_len = 0, vocab = 0;
+  int microbatch_size = 2;
+  uint64_t seed = 0;
+  int threads = 1;
+
+  void add_to(CLI::App* c) {
+    c->add_option("--model", preset, "model preset (a GPT one: gpt-tiny, gpt-7b, gpt-14b)")->capture_default_str();
+    c->add_option("--layers", layers, "override the preset's number of layers");
+    c->add_option("--hidden", hidden, "override the hidden width");
+    c->add_option("--ffn", ffn, "override the MLP width");
+    c->add_option("--heads", heads, "override the number of attention heads");
+    c->add_option("--seq-len", seq_len, "override the sequence length");
+    c->add_option("--vocab", vocab, "override the vocabulary size");
+    c->add_option("--microbatch-size", microbatch_size, "sequences per microbatch")->capture_default_str();
+    c->add_option("--seed", seed, "parameters and data")->capture_default_str();
+    c->add_option("--threads", threads, "compute threads per rank")->capture_default_str()->check(CLI::Range(1, 256));
+  }
+
+  Result<GptConfig> config(int num_microbatches) const {
+    const ModelSpec* m = find_model(preset);
+    if (!m) return Result<GptConfig>::Error(Status::Invalid("unknown model \"" + preset + "\""));
+    ModelSpec spec = *m;
+    for (auto [value, field] : {std::pair{layers, &spec.num_layers}, {hidden, &spec.hidden}, {ffn, &spec.ffn},
+                                {seq_len, &spec.seq_len}, {vocab, &spec.vocab}})
+      if (value > 0) *field = value;
+    if (heads > 0) spec.heads = spec.kv_heads = heads;
+    return gpt_config(spec, microbatch_size, num_microbatches, seed);
+  }
+};
+
+struct RunArgs {
+  std::string problem_path, schedule_path, family, trace_path, json_path, fault;
+  int chunks = 0, iterations = 3, fault_after_ops = 2;
+  double lr = 1e-3, timeout_s = 60;
+  bool check = false;
+};
+
+std::string ms(double us) { return fmt::format("{:.2f} ms", us / 1e3); }
+std::string mib(int64_t bytes) { return fmt::format("{:.2f} MiB", bytes / 1048576.0); }
+std::string ratio(double measured, double predicted) {
+  return predicted > 0 ? fmt::format("{:.3f}", measured / predicted) : "-";
+}
+
+// "exit@1" / "stall@0": the fault a test asks this rank to suffer.
+Status parse_fault(const std::string& text, std::string* kind, int* rank) {
+  const size_t at = text.find('@');
+  if (at == std::string::npos) return Status{StatusCode::kUsage, "--inject-fault: expected exit@RANK or stall@RANK"};
+  *kind = text.substr(0, at);
+  try {
+    *rank = std::stoi(text.substr(at + 1));
+  } catch (...) {
+    return Status{StatusCode::kUsage, "--inject-fault: bad rank in \"" + text + "\""};
+  }
+  if (*kind != "exit" && *kind != "stall") return Status{StatusCode::kUsage, "--inject-fault: kind must be exit or stall"};
+  return Status::Ok();
+}
+
+// One rank's work: run, then write the report where the launcher looks for it.
+int rank_main(const RankEnv& env, const FamilySchedule& fs, const GptConfig& cfg, const RunArgs& a) {
+  EngineOptions opt;
+  opt.iterations = a.iterations;
+  opt.lr = a.lr;
+  opt.timeout_s = a.timeout_s;
+  opt.check = a.check;
+  std::string fault_kind;
+  int fault_rank = -1;
+  if (!a.fault.empty()) {
+    if (Status st = parse_fault(a.fault, &fault_kind, &fault_rank); !st.ok()) return fail(st, kTool);
+    if (fault_rank == env.rank)
+      opt.before_op = [&](int iteration, int ops_done) {
+        if (iteration != 0 || ops_done != a.fault_after_ops) return;
+        std::fprintf(stderr, "%s: rank %d: injected fault: %s\n", kTool, env.rank, fault_kind.c_str());
+        if (fault_kind == "exit") std::_Exit(kExitBadInput);
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+      };
+  }
+  Result<RankReport> r = run_rank(fs.problem, fs.schedule, cfg, {env.rank, env.world_size, env.master_addr, env.master_port}, opt);
+  if (!r.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kTool, r.status.message.c_str());
+    std::fflush(stderr);
+    std::_Exit(kExitBadInput);  // pending c10d work must not hold the process open
+  }
+  if (!env.run_dir.empty()) {
+    Status st = write_text_file(env.run_dir + "/rank" + std::to_string(env.rank) + ".json", rank_report_to_json(r.value));
+    if (!st.ok()) return fail(st, kTool);
+  } else {
+    for (size_t it = 0; it < r.value.iterations.size(); it++)
+      std::printf("rank %d iteration %zu: loss %.6f, peak activations %s\n", env.rank, it, r.value.iterations[it].loss,
+                  mib(r.value.iterations[it].peak_activation_bytes).c_str());
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(kExitOk);
+}
+
+int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::string>& argv) {
+  if (a.problem_path.empty())
+    return fail(Status{StatusCode::kUsage, "run needs --problem (the one `optpipe profile` wrote for this model)"}, kTool);
+  Result<FamilySchedule> fs = load_schedule(a.problem_path, a.schedule_path, a.family, a.chunks);
+  if (!fs.ok()) return fail(fs.status, kTool);
+  Result<GptConfig> cfg = model.config(fs.value.problem.num_microbatches);
+  if (!cfg.ok()) return fail(cfg.status, kTool);
+  at::set_num_threads(model.threads);
+
+  Result<RankEnv> env = rank_env();
+  if (!env.ok()) return fail(env.status, kTool);
+  if (env.value.present) return rank_main(env.value, fs.value, cfg.value, a);
+
+  // Refused before any process starts: a schedule that does not validate (budget included).
+  const std::string what = a.family.empty() ? a.schedule_path : a.family;
+  Validation v = validate(fs.value.problem, fs.value.schedule, {.sim = {.op_times = true, .memory_curve = true}});
+  if (!v.ok()) {
+    const bool over_budget = v.sim.ok();
+    return fail({over_budget ? StatusCode::kInfeasible : StatusCode::kInvalidInput,
+                 what + " does not validate, nothing was started:\n" + v.summary()},
+                kTool);
+  }
+  if (!a.fault.empty()) {
+    std::string kind;
+    int rank = 0;
+    if (Status st = parse_fault(a.fault, &kind, &rank); !st.ok()) return fail(st, kTool);
+  }
+  const Problem& p = fs.value.problem;
+  char tmpl[] = "/tmp/optpipe-run-XXXXXX";
+  if (!mkdtemp(tmpl)) return fail(Status::Invalid("cannot create a run directory in /tmp"), kTool);
+  const std::string run_dir = tmpl;
+  Status launched = launch_local({argv, p.num_devices, run_dir, a.timeout_s + 5});
+  std::vector<RankReport> reports;
+  for (int d = 0; d < p.num_devices && launched.ok(); d++) {
+    Result<std::string> text = read_text_file(run_dir + "/rank" + std::to_string(d) + ".json");
+    Result<RankReport> rep = text.ok() ? rank_report_from_json(text.value) : Result<RankReport>::Error(text.status);
+    if (!rep.ok()) launched = rep.status;
+    reports.push_back(std::move(rep.value));
+  }
+  std::filesystem::remove_all(run_dir);
+  if (!launched.ok()) return fail(Status::Invalid("run failed: " + launched.message), kTool);
+
+  const Timeline& predicted = v.sim.timeline;
+  RunComparison c = compare_run(p, predicted, reports);
+  std::printf("%s on %d ranks (c10d gloo, CPU, %d thread%s each): %d microbatches of %d × %d tokens, %d iterations\n",
+              what.c_str(), p.num_devices, model.threads, model.threads == 1 ? "" : "s", p.num_microbatches,
+              cfg.value.microbatch_size, cfg.value.model.seq_len, a.iterations);
+  std::string losses;
+  for (double l : c.losses) losses += (losses.empty() ? "" : " → ") + fmt::format("{:.4f}", l);
+  std::printf("loss: %s\n", losses.c_str());
+  std::vector<std::vector<std::string>> rows = {{"", "measured", "predicted", "measured/predicted"}};
+  rows.push_back({"iteration time", ms(c.measured_us), ms(c.predicted_us), ratio(c.measured_us, c.predicted_us)});
+  for (int d = 0; d < p.num_devices; d++)
+    rows.push_back({"device " + std::to_string(d) + " idle", ms(c.measured_idle_us[d]), ms(c.predicted_idle_us[d]),
+                    ratio(c.measured_idle_us[d], c.predicted_idle_us[d])});
+  for (int d = 0; d < p.num_devices; d++)
+    rows.push_back({"device " + std::to_string(d) + " peak activations", mib(c.measured_peak_bytes[d]),
+                    mib(c.predicted_peak_bytes[d]),
+                    ratio(static_cast<double>(c.measured_peak_bytes[d]), static_cast<double>(c.predicted_peak_bytes[d]))});
+  std::fputs(aligned_table(rows).c_str(), stdout);
+  std::printf("(iteration %d of %d shown: the median after the first; peaks are the max over all iterations)\n",
+              c.shown_iteration + 1, a.iterations);
+
+  int rc = kExitOk;
+  json check_json;
+  if (a.check) {
+    double worst = 0, loss_err = 0;
+    std::string worst_param;
+    int checked = 0;
+    for (const RankReport& r : reports) {
+      checked += r.check.num_params_checked;
+      if (r.check.max_grad_rel_error >= worst) {
+        worst = r.check.max_grad_rel_error;
+        worst_param = r.check.worst_param;
+      }
+      loss_err = std::max(loss_err, std::abs(r.check.loss - r.check.reference_loss) / std::abs(r.check.reference_loss));
+    }
+    const bool ok = worst <= 1e-5 && loss_err <= 1e-5 && checked > 0;
+    std::printf("check against one process with autograd: loss %.8f vs %.8f (rel. error %.2e), gradients of %d tensors "
+                "within %.2e relative (worst %s): %s\n",
+                reports[0].check.loss, reports[0].check.reference_loss, loss_err, checked, worst, worst_param.c_str(),
+                ok ? "OK" : "FAILED (limit 1e-5)");
+    check_json = {{"ok", ok}, {"loss_rel_error", loss_err}, {"max_grad_rel_error", worst}, {"worst_param", worst_param},
+                  {"num_tensors", checked}};
+    if (!ok) rc = kExitBadInput;
+  }
+  if (!a.trace_path.empty()) {
+    Status st = write_text_file(a.trace_path, chrome_trace_json(p, fs.value.schedule, c.measured));
+    if (!st.ok()) return fail(st, kTool);
+  }
+  if (!a.json_path.empty()) {
+    json j = {{"schedule", what},
+              {"num_devices", p.num_devices},
+              {"iterations", a.iterations},
+              {"iteration_us", c.iteration_us},
+              {"losses", c.losses},
+              {"shown_iteration", c.shown_iteration},
+              {"measured_us", c.measured_us},
+              {"predicted_us", c.predicted_us},
+              {"measured_idle_us", c.measured_idle_us},
+              {"predicted_idle_us", c.predicted_idle_us},
+              {"measured_peak_activation_bytes", c.measured_peak_bytes},
+              {"predicted_peak_activation_bytes", c.predicted_peak_bytes}};
+    if (a.check) j["check"] = check_json;
+    Status st = emit(a.json_path, j.dump(2) + "\n");
+    if (!st.ok()) return fail(st, kTool);
+  }
+  return rc;
+}
+
+struct ProfileArgs {
+  ProfileSpec spec;
+  std::string placement = "linear", budget, out_path, problem_out;
+};
+
+int cmd_profile(ProfileArgs a, const ModelArgs& model) {
+  if (!parse_placement(a.placement, &a.spec.placement))
+    return fail(Status{StatusCode::kUsage, "unknown placement \"" + a.placement + "\" (linear, interleaved, vshape)"}, kTool);
+  if (a.spec.placement == Placement::kVShape && a.spec.chunks_per_device == 1) a.spec.chunks_per_device = 2;
+  if (!a.budget.empty() && !parse_bytes(a.budget, &a.spec.mem_budget_bytes))
+    return fail(Status{StatusCode::kUsage, "--budget: expected a size such as 64MiB, got \"" + a.budget + "\""}, kTool);
+  Result<GptConfig> cfg = model.config(a.spec.num_microbatches);
+  if (!cfg.ok()) return fail(cfg.status, kTool);
+  at::set_num_threads(model.threads);
+  Result<Problem> p = profile_model(cfg.value, a.spec);
+  if (!p.ok()) return fail(p.status, kTool);
+  std::vector<std::vector<std::string>> rows = {{"stage", "F", "B", "W", "R", "kept by F", "kept for W"}};
+  for (size_t s = 0; s < p.value.stages.size(); s++) {
+    const StageSpec& st = p.value.stages[s];
+    rows.push_back({std::to_string(s), format_us(st.t_f_us), format_us(st.t_b_us), format_us(st.t_w_us),
+                    format_us(st.t_r_us), format_bytes(st.act_f_bytes), format_bytes(-st.act_w_bytes)});
+  }
+  std::fprintf(stderr, "%s", aligned_table(rows).c_str());
+  std::fprintf(stderr, "hop between ranks %s; host copy %.2f GB/s + %s\n", format_us(p.value.t_comm_us).c_str(),
+               p.value.host_link.d2h_gb_per_s, format_us(p.value.host_link.latency_us).c_str());
+  if (Status st = emit(a.out_path, profile_to_json(p.value)); !st.ok()) return fail(st, kTool);
+  if (!a.problem_out.empty())
+    if (Status st = write_text_file(a.problem_out, problem_to_json(p.value)); !st.ok()) return fail(st, kTool);
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"optpipe-runtime: run pipeline schedules for real on LibTorch + c10d"};
+  app.require_subcommand(1);
+  ModelArgs model;
+
+  RunArgs run;
+  CLI::App* run_cmd = app.add_subcommand("run", "execute a schedule, one process per device, and compare with the simulator");
+  run_cmd->add_option("--problem,-p", run.problem_path, "problem JSON (as `optpipe profile --problem-out` writes)");
+  run_cmd->add_option("--schedule,-s", run.schedule_path, "schedule JSON (from optimize, schedule or export)");
+  run_cmd->add_option("--family,-f", run.family, "or build this family's schedule");
+  run_cmd->add_option("--chunks", run.chunks, "chunks per device, for interleaved families")->check(CLI::Range(1, 64));
+  run_cmd->add_option("--iterations", run.iterations, "training iterations")->capture_default_str()->check(CLI::Range(1, 100000));
+  run_cmd->add_option("--lr", run.lr, "Adam learning rate")->capture_default_str();
+  run_cmd->add_option("--timeout", run.timeout_s, "seconds any rank waits for a peer before giving up")
+      ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
+  run_cmd->add_flag("--check", run.check, "compare loss and gradients of the first iteration with one unpipelined process");
+  run_cmd->add_option("--trace", run.trace_path, "write a Chrome trace of the measured iteration");
+  run_cmd->add_option("--json", run.json_path, "write the figures as JSON (- for stdout)");
+  run_cmd->add_option("--inject-fault", run.fault, "for tests: exit@RANK or stall@RANK in the first iteration");
+  run_cmd->add_option("--fault-after-ops", run.fault_after_ops, "compute ops the faulty rank runs first")->capture_default_str();
+  model.add_to(run_cmd);
+
+  ProfileArgs prof;
+  CLI::App* profile_cmd = app.add_subcommand("profile", "measure the model on this machine; write profile (and problem) JSON");
+  profile_cmd->add_option("--devices", prof.spec.num_devices, "pipeline ranks")->capture_default_str()->check(CLI::Range(1, 1024));
+  profile_cmd->add_option("--microbatches", prof.spec.num_microbatches, "microbatches per iteration")->capture_default_str()->check(CLI::Range(1, 100000));
+  profile_cmd->add_option("--placement", prof.placement, "linear, interleaved or vshape")->capture_default_str();
+  profile_cmd->add_option("--chunks", prof.spec.chunks_per_device, "chunks per device")->capture_default_str()->check(CLI::Range(1, 64));
+  profile_cmd->add_option("--repetitions", prof.spec.repetitions, "timed runs per op (median kept)")->capture_default_str()->check(CLI::Range(1, 10000));
+  profile_cmd->add_option("--budget", prof.budget, "memory budget per device in the problem (default: everything fits)");
+  profile_cmd->add_option("--out,-o", prof.out_path, "profile JSON (default: stdout)");
+  profile_cmd->add_option("--problem-out", prof.problem_out, "also write the measured problem JSON");
+  model.add_to(profile_cmd);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  try {
+    if (*run_cmd) return cmd_run(run, model, std::vector<std::string>(argv, argv + argc));
+    if (*profile_cmd) return cmd_profile(prof, model);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: internal error: %s\n", kTool, e.what());
+    return kExitInternal;
+  }
+  return kExitUsage;
+}
