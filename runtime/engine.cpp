@@ -3,6 +3,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <malloc.h>
+
+#include <limits>
+
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
@@ -184,14 +188,10 @@ class Iteration {
   IterationRecord record_;
 };
 
-void wait_work(const c10::intrusive_ptr<c10d::Work>& work, double timeout_s, const std::string& what) {
-  try {
-    work->wait(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-  } catch (const std::exception& e) {
-    std::string msg = e.what();
-    if (size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);  // c10 appends a backtrace
-    throw Failure(what + ": " + msg);
-  }
+// c10 appends a backtrace to its messages: the first line says what happened.
+std::string first_line(std::string msg) {
+  if (size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+  return msg;
 }
 
 struct Peer {
@@ -202,6 +202,49 @@ struct Peer {
 
 }  // namespace
 
+void wait_work(const c10::intrusive_ptr<c10d::Work>& work, double timeout_s, const std::string& what) {
+  try {
+    work->wait(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  } catch (const std::exception& e) {
+    throw std::runtime_error(what + ": " + first_line(e.what()));
+  }
+}
+
+Result<c10::intrusive_ptr<c10d::ProcessGroupGloo>> join_group(const RankSetup& setup, double timeout_s) {
+  using R = Result<c10::intrusive_ptr<c10d::ProcessGroupGloo>>;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(setup.master_port);
+    so.isServer = setup.rank == 0;
+    so.numWorkers = setup.world_size;
+    so.timeout = timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(setup.master_addr, so);
+    auto pg_options = c10d::ProcessGroupGloo::Options::create(timeout);
+    pg_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(setup.master_addr));
+    return R::Of(c10::make_intrusive<c10d::ProcessGroupGloo>(store, setup.rank, setup.world_size, pg_options));
+  } catch (const std::exception& e) {
+    return R::Error(Status::Invalid("rank " + std::to_string(setup.rank) + ": cannot join the process group at " +
+                                    setup.master_addr + ":" + std::to_string(setup.master_port) + " within " +
+                                    seconds(timeout_s) + ": " + first_line(e.what())));
+  }
+}
+
+void reserve_heap(int64_t bytes) {
+  mallopt(M_ARENA_MAX, 1);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+  constexpr int64_t kBlock = 4 << 20;
+  std::vector<char*> blocks;
+  for (int64_t done = 0; done < bytes; done += kBlock) {
+    char* b = static_cast<char*>(std::malloc(kBlock));
+    if (!b) break;
+    for (int64_t i = 0; i < kBlock; i += 4096) reinterpret_cast<volatile char*>(b)[i] = 0;
+    blocks.push_back(b);
+  }
+  for (char* b : blocks) std::free(b);
+}
+
 Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig& cfg, const RankSetup& setup,
                             const EngineOptions& options) {
   using R = Result<RankReport>;
@@ -210,7 +253,6 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
     return R::Error(Status::Invalid("world size " + std::to_string(setup.world_size) + " but the problem has " +
                                     std::to_string(p.num_devices) + " devices"));
   if (d < 0 || d >= setup.world_size) return R::Error(Status::Invalid("rank " + std::to_string(d) + " out of range"));
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
   const at::Device device(at::kCPU);
   const std::string me = "rank " + std::to_string(d);
 
@@ -221,23 +263,9 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
   for (int st = 0; st < S; st++)
     if (p.device_of(st) == d || options.check) params[st] = init_chunk(cfg, layouts[st]);
 
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
-  try {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(setup.master_port);
-    so.isServer = d == 0;
-    so.numWorkers = setup.world_size;
-    so.timeout = timeout;
-    auto store = c10::make_intrusive<c10d::TCPStore>(setup.master_addr, so);
-    auto pg_options = c10d::ProcessGroupGloo::Options::create(timeout);
-    pg_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(setup.master_addr));
-    pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, d, setup.world_size, pg_options);
-  } catch (const std::exception& e) {
-    std::string msg = e.what();
-    if (size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-    return R::Error(Status::Invalid(me + ": cannot join the process group at " + setup.master_addr + ":" +
-                                    std::to_string(setup.master_port) + ": " + msg));
-  }
+  Result<c10::intrusive_ptr<c10d::ProcessGroupGloo>> group = join_group(setup, options.timeout_s);
+  if (!group.ok()) return R::Error(group.status);
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg = group.value;
 
   const DeviceSchedule& ds = s.devices[d];
   std::vector<bool> recomputed(static_cast<size_t>(S) * M, false), offloaded(static_cast<size_t>(S) * M, false);
@@ -246,12 +274,18 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
   for (const Op& op : ds.offloads) offloaded[op.stage * M + op.microbatch] = true;
   const int64_t b = cfg.microbatch_size, T = cfg.model.seq_len, h = cfg.model.hidden;
 
+  // Room for the predicted peak of activations and for the temporaries of the ops.
+  int64_t peak_guess = 0;
+  for (int st = 0; st < S; st++)
+    if (p.device_of(st) == d) peak_guess += p.stages[st].act_f_bytes * M;
+  reserve_heap(std::min<int64_t>(peak_guess + (64 << 20), p.devices[d].mem_budget_bytes - p.devices[d].static_bytes + (64 << 20)));
+
   RankReport report;
   report.rank = d;
   for (int it = 0; it < options.iterations; it++) {
     try {
       wait_work(pg->barrier(), options.timeout_s, me + ": start barrier of iteration " + std::to_string(it));
-    } catch (const Failure& e) {
+    } catch (const std::exception& e) {
       return R::Error(Status::Invalid(e.what()));
     }
     for (int st = 0; st < S; st++)
@@ -407,7 +441,7 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
     try {
       std::vector<at::Tensor> bufs{loss_t};
       wait_work(pg->allreduce(bufs), options.timeout_s, me + ": end of iteration " + std::to_string(it));
-    } catch (const Failure& e) {
+    } catch (const std::exception& e) {
       return R::Error(Status::Invalid(e.what()));
     }
     IterationRecord rec = state.finish();

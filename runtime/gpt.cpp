@@ -122,12 +122,12 @@ Batch make_batch(const GptConfig& cfg, int iteration, int microbatch) {
   std::seed_seq seq{cfg.seed, static_cast<uint64_t>(iteration), static_cast<uint64_t>(microbatch)};
   std::mt19937_64 rng(seq);
   std::uniform_int_distribution<int64_t> token(0, V - 1);
-  at::Tensor all = at::empty({b, T + 1}, at::kLong);
-  int64_t* data = all.data_ptr<int64_t>();
-  const int half = (T + 2) / 2;
-  for (int r = 0; r < b; r++)
-    for (int t = 0; t <= T; t++) data[r * (T + 1) + t] = t < half ? token(rng) : data[r * (T + 1) + t - half];
-  return {all.slice(1, 0, T).contiguous(), all.slice(1, 1, T + 1).contiguous()};
+  Batch batch{at::empty({b, T}, at::kLong), at::empty({b, T}, at::kLong)};
+  int64_t* tokens = batch.tokens.data_ptr<int64_t>();
+  int64_t* targets = batch.targets.data_ptr<int64_t>();
+  for (int i = 0; i < b * T; i++) tokens[i] = token(rng);
+  for (int i = 0; i < b * T; i++) targets[i] = (tokens[i] + 1) % V;
+  return batch;
 }
 
 int64_t stash_bytes(const std::vector<at::Tensor>& tensors) {

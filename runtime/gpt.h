@@ -59,8 +59,10 @@ ChunkParams init_chunk(const GptConfig& cfg, const ChunkLayout& layout);
 void zero_grads(ChunkParams* params);
 int64_t num_params(const ChunkParams& params);
 
-// One microbatch of the synthetic copy task: the second half of each sequence repeats the first,
-// and the targets are the next tokens, so a model that learns to copy drives the loss down.
+// One microbatch of a synthetic task: random tokens, each position's target is its own token + 1
+// (mod vocab) — a substitution the model learns within tens of iterations, driving the loss from
+// ln(vocab) towards zero. (Tasks that need attention, such as copying the previous token, did
+// not move the loss of gpt-tiny within 80 iterations.)
 struct Batch {
   at::Tensor tokens;   // [b, T] int64
   at::Tensor targets;  // [b, T] int64

@@ -71,7 +71,7 @@ struct ModelArgs {
 struct RunArgs {
   std::string problem_path, schedule_path, family, trace_path, json_path, fault;
   int chunks = 0, iterations = 3, fault_after_ops = 2;
-  double lr = 1e-3, timeout_s = 60;
+  double lr = 3e-3, timeout_s = 60;
   bool check = false;
 };
 
@@ -93,6 +93,25 @@ Status parse_fault(const std::string& text, std::string* kind, int* rank) {
   }
   if (*kind != "exit" && *kind != "stall") return Status{StatusCode::kUsage, "--inject-fault: kind must be exit or stall"};
   return Status::Ok();
+}
+
+// Starts one process per rank with this command line and returns what each wrote to the run
+// directory (index = rank).
+Result<std::vector<std::string>> launch_and_collect(const std::vector<std::string>& argv, int world_size, double timeout_s) {
+  using R = Result<std::vector<std::string>>;
+  char tmpl[] = "/tmp/optpipe-run-XXXXXX";
+  if (!mkdtemp(tmpl)) return R::Error(Status::Invalid("cannot create a run directory in /tmp"));
+  const std::string run_dir = tmpl;
+  Status st = launch_local({argv, world_size, run_dir, timeout_s + 5});
+  std::vector<std::string> texts;
+  for (int r = 0; r < world_size && st.ok(); r++) {
+    Result<std::string> text = read_text_file(run_dir + "/rank" + std::to_string(r) + ".json");
+    st = text.status;
+    texts.push_back(std::move(text.value));
+  }
+  std::filesystem::remove_all(run_dir);
+  if (!st.ok()) return R::Error(st);
+  return R::Of(std::move(texts));
 }
 
 // One rank's work: run, then write the report where the launcher looks for it.
@@ -161,19 +180,14 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
     if (Status st = parse_fault(a.fault, &kind, &rank); !st.ok()) return fail(st, kTool);
   }
   const Problem& p = fs.value.problem;
-  char tmpl[] = "/tmp/optpipe-run-XXXXXX";
-  if (!mkdtemp(tmpl)) return fail(Status::Invalid("cannot create a run directory in /tmp"), kTool);
-  const std::string run_dir = tmpl;
-  Status launched = launch_local({argv, p.num_devices, run_dir, a.timeout_s + 5});
+  Result<std::vector<std::string>> texts = launch_and_collect(argv, p.num_devices, a.timeout_s);
   std::vector<RankReport> reports;
-  for (int d = 0; d < p.num_devices && launched.ok(); d++) {
-    Result<std::string> text = read_text_file(run_dir + "/rank" + std::to_string(d) + ".json");
-    Result<RankReport> rep = text.ok() ? rank_report_from_json(text.value) : Result<RankReport>::Error(text.status);
-    if (!rep.ok()) launched = rep.status;
+  for (int d = 0; d < p.num_devices && texts.ok(); d++) {
+    Result<RankReport> rep = rank_report_from_json(texts.value[d]);
+    if (!rep.ok()) texts.status = rep.status;
     reports.push_back(std::move(rep.value));
   }
-  std::filesystem::remove_all(run_dir);
-  if (!launched.ok()) return fail(Status::Invalid("run failed: " + launched.message), kTool);
+  if (!texts.ok()) return fail(Status::Invalid("run failed: " + texts.status.message), kTool);
 
   const Timeline& predicted = v.sim.timeline;
   RunComparison c = compare_run(p, predicted, reports);
@@ -246,18 +260,42 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
 struct ProfileArgs {
   ProfileSpec spec;
   std::string placement = "linear", budget, out_path, problem_out;
+  double timeout_s = 60;
 };
 
-int cmd_profile(ProfileArgs a, const ModelArgs& model) {
+int cmd_profile(ProfileArgs a, const ModelArgs& model, const std::vector<std::string>& argv) {
   if (!parse_placement(a.placement, &a.spec.placement))
     return fail(Status{StatusCode::kUsage, "unknown placement \"" + a.placement + "\" (linear, interleaved, vshape)"}, kTool);
   if (a.spec.placement == Placement::kVShape && a.spec.chunks_per_device == 1) a.spec.chunks_per_device = 2;
   if (!a.budget.empty() && !parse_bytes(a.budget, &a.spec.mem_budget_bytes))
     return fail(Status{StatusCode::kUsage, "--budget: expected a size such as 64MiB, got \"" + a.budget + "\""}, kTool);
+  if (Status st = check_profile_spec(a.spec); !st.ok()) return fail(st, kTool);
   Result<GptConfig> cfg = model.config(a.spec.num_microbatches);
   if (!cfg.ok()) return fail(cfg.status, kTool);
   at::set_num_threads(model.threads);
-  Result<Problem> p = profile_model(cfg.value, a.spec);
+
+  Result<RankEnv> env = rank_env();
+  if (!env.ok()) return fail(env.status, kTool);
+  if (env.value.present) {
+    const RankEnv& e = env.value;
+    if (e.run_dir.empty()) return fail(Status::Invalid("a profiling rank writes its share to OPTPIPE_RUN_DIR, which is not set"), kTool);
+    Result<Problem> share = profile_rank(cfg.value, a.spec, {e.rank, e.world_size, e.master_addr, e.master_port}, a.timeout_s);
+    Status st = share.ok() ? write_text_file(e.run_dir + "/rank" + std::to_string(e.rank) + ".json", problem_to_json(share.value))
+                           : share.status;
+    if (!st.ok()) std::fprintf(stderr, "%s: %s\n", kTool, st.message.c_str());
+    std::fflush(stderr);
+    std::_Exit(st.ok() ? kExitOk : kExitBadInput);
+  }
+
+  std::vector<Problem> shares;
+  Result<std::vector<std::string>> texts = launch_and_collect(argv, a.spec.num_devices, a.timeout_s);
+  if (!texts.ok()) return fail(Status::Invalid("profiling failed: " + texts.status.message), kTool);
+  for (const std::string& text : texts.value) {
+    Result<Problem> share = problem_from_json(text);
+    if (!share.ok()) return fail(Status::Invalid("profiling failed: a rank's share: " + share.status.message), kTool);
+    shares.push_back(std::move(share.value));
+  }
+  Result<Problem> p = merge_profiles(a.spec, shares);
   if (!p.ok()) return fail(p.status, kTool);
   std::vector<std::vector<std::string>> rows = {{"stage", "F", "B", "W", "R", "kept by F", "kept for W"}};
   for (size_t s = 0; s < p.value.stages.size(); s++) {
@@ -308,6 +346,7 @@ int main(int argc, char** argv) {
   profile_cmd->add_option("--budget", prof.budget, "memory budget per device in the problem (default: everything fits)");
   profile_cmd->add_option("--out,-o", prof.out_path, "profile JSON (default: stdout)");
   profile_cmd->add_option("--problem-out", prof.problem_out, "also write the measured problem JSON");
+  profile_cmd->add_option("--timeout", prof.timeout_s, "seconds any rank waits for a peer")->capture_default_str()->check(CLI::Range(0.1, 86400.0));
   model.add_to(profile_cmd);
 
   try {
@@ -318,7 +357,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*run_cmd) return cmd_run(run, model, std::vector<std::string>(argv, argv + argc));
-    if (*profile_cmd) return cmd_profile(prof, model);
+    if (*profile_cmd) return cmd_profile(prof, model, std::vector<std::string>(argv, argv + argc));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: internal error: %s\n", kTool, e.what());
     return kExitInternal;

@@ -1,6 +1,5 @@
 #include "profile.h"
 
-#include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -18,39 +17,22 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Half the median round trip of a `numel`-float tensor between two gloo ranks (threads here).
-double measure_hop_us(int64_t numel, int repetitions) {
-  c10d::TCPStoreOptions server_opts;
-  server_opts.port = 0;
-  server_opts.isServer = true;
-  server_opts.waitWorkers = false;
-  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", server_opts);
-  c10d::TCPStoreOptions client_opts;
-  client_opts.port = server->getPort();
+// Half the median round trip of a `numel`-float tensor between ranks 0 and 1.
+double measure_hop_us(c10d::ProcessGroupGloo& pg, int rank, int64_t numel, int repetitions, double timeout_s) {
   std::vector<double> round_trips;
-  auto rank_main = [&](int rank) {
-    c10::intrusive_ptr<c10d::Store> store = server;
-    if (rank == 1) store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", client_opts);
-    auto opts = c10d::ProcessGroupGloo::Options::create();
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    c10d::ProcessGroupGloo pg(store, rank, 2, opts);
-    std::vector<at::Tensor> buf{at::ones({numel})};
-    for (int k = 0; k < repetitions + 2; k++) {
-      const double start = monotonic_us();
-      if (rank == 0) {
-        pg.send(buf, 1, 2 * k)->wait();
-        pg.recv(buf, 1, 2 * k + 1)->wait();
-        if (k >= 2) round_trips.push_back(monotonic_us() - start);
-      } else {
-        pg.recv(buf, 0, 2 * k)->wait();
-        pg.send(buf, 0, 2 * k + 1)->wait();
-      }
+  std::vector<at::Tensor> buf{at::ones({numel})};
+  for (int k = 0; k < repetitions + 2; k++) {
+    const double start = monotonic_us();
+    if (rank == 0) {
+      wait_work(pg.send(buf, 1, 2 * k), timeout_s, "rank 0: profiling the hop to rank 1");
+      wait_work(pg.recv(buf, 1, 2 * k + 1), timeout_s, "rank 0: profiling the hop to rank 1");
+      if (k >= 2) round_trips.push_back(monotonic_us() - start);
+    } else {
+      wait_work(pg.recv(buf, 0, 2 * k), timeout_s, "rank 1: profiling the hop to rank 0");
+      wait_work(pg.send(buf, 0, 2 * k + 1), timeout_s, "rank 1: profiling the hop to rank 0");
     }
-  };
-  std::thread peer(rank_main, 1);
-  rank_main(0);
-  peer.join();
-  return median(round_trips) / 2;
+  }
+  return rank == 0 ? median(round_trips) / 2 : 0;
 }
 
 // Duration of copying `bytes` to a fresh buffer, the medium the runtime offloads through here.
@@ -67,14 +49,26 @@ double measure_copy_us(int64_t bytes, int repetitions) {
 
 }  // namespace
 
-Result<Problem> profile_model(const GptConfig& cfg, const ProfileSpec& spec) {
-  using R = Result<Problem>;
+Status check_profile_spec(const ProfileSpec& spec) {
   if (spec.num_devices < 1 || spec.num_microbatches < 1 || spec.chunks_per_device < 1 || spec.repetitions < 1)
-    return R::Error(Status::Invalid("devices, microbatches, chunks per device and repetitions must be ≥ 1"));
+    return Status::Invalid("devices, microbatches, chunks per device and repetitions must be ≥ 1");
   if ((spec.placement == Placement::kLinear && spec.chunks_per_device != 1) ||
       (spec.placement == Placement::kVShape && spec.chunks_per_device != 2))
-    return R::Error(Status::Invalid(std::string("placement ") + placement_name(spec.placement) + " takes " +
-                                    (spec.placement == Placement::kLinear ? "1 chunk" : "2 chunks") + " per device"));
+    return Status::Invalid(std::string("placement ") + placement_name(spec.placement) + " takes " +
+                           (spec.placement == Placement::kLinear ? "1 chunk" : "2 chunks") + " per device");
+  return Status::Ok();
+}
+
+Result<Problem> profile_rank(const GptConfig& cfg, const ProfileSpec& spec, const RankSetup& setup, double timeout_s) {
+  using R = Result<Problem>;
+  if (Status st = check_profile_spec(spec); !st.ok()) return R::Error(st);
+  if (setup.world_size != spec.num_devices)
+    return R::Error(Status::Invalid("world size " + std::to_string(setup.world_size) + " but " +
+                                    std::to_string(spec.num_devices) + " devices to profile"));
+  Result<c10::intrusive_ptr<c10d::ProcessGroupGloo>> pg = join_group(setup, timeout_s);
+  if (!pg.ok()) return R::Error(pg.status);
+  const std::string me = "rank " + std::to_string(setup.rank);
+
   Problem p;
   p.num_devices = spec.num_devices;
   p.num_microbatches = spec.num_microbatches;
@@ -83,15 +77,20 @@ Result<Problem> profile_model(const GptConfig& cfg, const ProfileSpec& spec) {
   const int S = p.num_stages();
   const int64_t b = cfg.microbatch_size, T = cfg.model.seq_len, h = cfg.model.hidden;
   const std::vector<ChunkLayout> layouts = chunk_layouts(cfg, S);
-  p.devices.assign(spec.num_devices, DeviceSpec{});
+  p.stages.assign(S, StageSpec{});
+  p.devices.assign(spec.num_devices, DeviceSpec{0, 1, 0});  // budgets: merge_profiles sets them
   const Batch batch = make_batch(cfg, 0, 0);
+  reserve_heap(0);  // the warm-up repetition maps what the timed ones reuse
+  // Every rank times its stages at the same time, as they will run.
+  wait_work(pg.value->barrier(), timeout_s, me + ": profiling start");
   int64_t largest_stash = 0;
   for (int s = 0; s < S; s++) {
+    if (p.device_of(s) != setup.rank) continue;
     ChunkParams params = init_chunk(cfg, layouts[s]);
     const at::Tensor input = layouts[s].embedding ? batch.tokens : at::randn({b, T, h});
     const at::Tensor grad_output = at::randn({b, T, h}) * 1e-3;
     std::vector<double> t_f, t_r, t_b, t_w;
-    StageSpec st;
+    StageSpec& st = p.stages[s];
     for (int k = 0; k < spec.repetitions + 1; k++) {
       at::Tensor out;
       const double t0 = monotonic_us();
@@ -119,19 +118,38 @@ Result<Problem> profile_model(const GptConfig& cfg, const ProfileSpec& spec) {
     st.t_w_us = median(t_w);
     st.act_b_bytes = -st.act_f_bytes - st.act_w_bytes;
     largest_stash = std::max(largest_stash, st.act_f_bytes);
-    p.stages.push_back(st);
-    p.devices[p.device_of(s)].static_bytes += 16 * num_params(params);
+    p.devices[setup.rank].static_bytes += 16 * num_params(params);
   }
-  p.t_comm_us = spec.num_devices > 1 ? measure_hop_us(b * T * h, std::max(10, spec.repetitions)) : 0;
+  wait_work(pg.value->barrier(), timeout_s, me + ": profiling the hop");
+  if (setup.rank < 2 && spec.num_devices > 1)
+    p.t_comm_us = measure_hop_us(*pg.value, setup.rank, b * T * h, std::max(10, spec.repetitions), timeout_s);
   const double latency_us = measure_copy_us(4, 20);
   const double copy_us = std::max(measure_copy_us(largest_stash, std::max(5, spec.repetitions)) - latency_us, 1e-3);
-  const double gb_per_s = static_cast<double>(largest_stash) / copy_us / 1e3;
+  const double gb_per_s = static_cast<double>(std::max<int64_t>(largest_stash, 1)) / copy_us / 1e3;
   p.host_link = {gb_per_s, gb_per_s, latency_us};
-  for (DeviceSpec& d : p.devices) {
+  wait_work(pg.value->barrier(), timeout_s, me + ": profiling end");
+  return R::Of(std::move(p));
+}
+
+Result<Problem> merge_profiles(const ProfileSpec& spec, const std::vector<Problem>& shares) {
+  using R = Result<Problem>;
+  OPTPIPE_CHECK(static_cast<int>(shares.size()) == spec.num_devices, "one share per rank");
+  Problem p = shares[0];
+  HostLinkSpec slowest = shares[0].host_link;
+  for (int d = 0; d < spec.num_devices; d++) {
+    for (int s = 0; s < p.num_stages(); s++)
+      if (p.device_of(s) == d) p.stages[s] = shares[d].stages[s];
+    p.devices[d] = shares[d].devices[d];
+    slowest.d2h_gb_per_s = std::min(slowest.d2h_gb_per_s, shares[d].host_link.d2h_gb_per_s);
+    slowest.h2d_gb_per_s = std::min(slowest.h2d_gb_per_s, shares[d].host_link.h2d_gb_per_s);
+    slowest.latency_us = std::max(slowest.latency_us, shares[d].host_link.latency_us);
+  }
+  p.host_link = slowest;
+  for (int d = 0; d < spec.num_devices; d++) {
     int64_t all_kept = 0;
-    for (int s = 0; s < S; s++)
-      if (&p.devices[p.device_of(s)] == &d) all_kept += p.stages[s].act_f_bytes * spec.num_microbatches;
-    d.mem_budget_bytes = spec.mem_budget_bytes > 0 ? spec.mem_budget_bytes : d.static_bytes + all_kept;
+    for (int s = 0; s < p.num_stages(); s++)
+      if (p.device_of(s) == d) all_kept += p.stages[s].act_f_bytes * spec.num_microbatches;
+    p.devices[d].mem_budget_bytes = spec.mem_budget_bytes > 0 ? spec.mem_budget_bytes : p.devices[d].static_bytes + all_kept;
   }
   Status st = check_problem(p);
   if (!st.ok()) return R::Error(st);

@@ -1,17 +1,21 @@
 // profile.h — measures the runtime's model on this machine and turns it into a Problem.
 //
-// Per chunk (the cut the runtime uses for the placement): the median time of F, B, W and R on
-// one compute thread, and the exact bytes F keeps, W still needs and a recompute keeps. Between
-// ranks: half the median round trip of one activation over c10d gloo. To the host: the copy
-// rate and latency of a stash-sized transfer. Static bytes: 16 per parameter (fp32 weights,
-// gradients and two Adam moments). Workspace is not measured (0).
+// Every rank (one process per device, as in a run) times the chunks it holds at the same time
+// as the others, so the figures carry the contention a run has: the median of F, B, W and R on
+// one compute thread, and the exact bytes F keeps, W still needs and a recompute keeps. Ranks 0
+// and 1 time half the median round trip of one activation over c10d gloo; every rank the rate
+// and latency of a stash-sized host copy (the slowest is kept). Static bytes: 16 per parameter
+// (fp32 weights, gradients and two Adam moments). Workspace is not measured (0).
 //
-//   Result<Problem> p = profile_model(cfg, {.num_devices = 2, .num_microbatches = 8});
-//   write_text_file("profile.json", profile_to_json(p.value));   // what `plan --profile` reads
+//   Result<Problem> share = profile_rank(cfg, spec, setup, 60);     // on each rank
+//   Result<Problem> p = merge_profiles(spec, shares);               // on the launcher
+//   write_text_file("profile.json", profile_to_json(p.value));     // what `plan --profile` reads
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "engine.h"
 #include "gpt.h"
 #include "optpipe/problem.h"
 #include "optpipe/status.h"
@@ -27,6 +31,12 @@ struct ProfileSpec {
   int64_t mem_budget_bytes = 0;   // per device; 0: enough for every activation at once
 };
 
-Result<Problem> profile_model(const GptConfig& cfg, const ProfileSpec& spec);
+Status check_profile_spec(const ProfileSpec& spec);
+
+// This rank's share: its stages and its device filled in, the rest zero.
+Result<Problem> profile_rank(const GptConfig& cfg, const ProfileSpec& spec, const RankSetup& setup, double timeout_s);
+
+// The problem from every rank's share (index = rank).
+Result<Problem> merge_profiles(const ProfileSpec& spec, const std::vector<Problem>& shares);
 
 }  // namespace optpipe::runtime
