@@ -30,8 +30,12 @@ std::string seconds(double s) {
 // Everything one iteration shares between the compute stream and the two transfer workers.
 class Iteration {
  public:
-  Iteration(const Problem& p, int device, int iteration, double timeout_s)
-      : p_(p), device_(device), iteration_(iteration), timeout_s_(timeout_s), S_(p.num_stages()), M_(p.num_microbatches) {
+  Iteration(const Problem& p, int device, double timeout_s)
+      : p_(p),
+        timeout_s_(timeout_s),
+        S_(p.num_stages()),
+        M_(p.num_microbatches),
+        budget_bytes_(p.devices[device].mem_budget_bytes - p.devices[device].static_bytes) {
     const size_t n = static_cast<size_t>(S_) * M_;
     f_stash_.resize(n);
     f_done_.assign(n, false);
@@ -74,6 +78,14 @@ class Iteration {
   void account(double time_us, int64_t delta) {
     std::lock_guard<std::mutex> lock(mu_);
     account_locked(time_us, delta);
+  }
+
+  // The budget holds whatever the timing: an allocation of `bytes` (the problem's figure, as the
+  // simulator counts it at the op's start) waits until frees in flight (offloads) make room.
+  void allocate(int64_t bytes, const std::string& what) {
+    wait_for([&] { return live_bytes_ + bytes <= budget_bytes_; },
+             "room for " + what + " within the budget (" + std::to_string(bytes) + " bytes more)");
+    account(monotonic_us(), bytes);
   }
 
   void record(const Op& op, double start_us, double end_us) {
@@ -136,12 +148,14 @@ class Iteration {
         const size_t k = slot(r.reload.stage, r.reload.microbatch);
         const int anchor = op_id(p_, r.anchor);
         wait_for([&] { return started_[anchor] && offloaded_[k]; }, "the anchor " + op_name(r.anchor) + " of " + op_name(r.reload));
+        const int64_t predicted = p_.stages[r.reload.stage].act_f_bytes;
+        allocate(predicted, op_name(r.reload));
         const double start = monotonic_us();
         std::vector<at::Tensor> host;
         {
           std::lock_guard<std::mutex> lock(mu_);
           host = f_stash_[k].tensors;
-          account_locked(start, stash_bytes(host));
+          account_locked(start, stash_bytes(host) - predicted);
         }
         std::vector<at::Tensor> back;
         for (const at::Tensor& t : host) back.push_back(t.to(device, false, true));
@@ -175,7 +189,6 @@ class Iteration {
   }
 
   const Problem& p_;
-  int device_, iteration_;
   double timeout_s_;
   int S_, M_;
   std::mutex mu_;
@@ -184,6 +197,7 @@ class Iteration {
   std::string error_;
   std::vector<Stash> f_stash_;
   std::vector<bool> f_done_, offloaded_, reloaded_, started_;
+  int64_t budget_bytes_;  // for activations: the device's budget less its static bytes
   int64_t live_bytes_ = 0;
   IterationRecord record_;
 };
@@ -293,7 +307,7 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
     std::vector<Batch> batches;
     for (int i = 0; i < M; i++) batches.push_back(make_batch(cfg, it, i));
 
-    Iteration state(p, d, it, options.timeout_s);
+    Iteration state(p, d, options.timeout_s);
     // Post every receive of the iteration: activations into F, gradients into B/BW.
     std::vector<Peer> act_in(static_cast<size_t>(S) * M), grad_in(static_cast<size_t>(S) * M);
     std::vector<at::Tensor> local_act(static_cast<size_t>(S) * M), local_grad(static_cast<size_t>(S) * M);
@@ -358,6 +372,9 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
         if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && offloaded[k]) state.wait_reloaded(st, i);
         OPTPIPE_CHECK(input.defined() || (op.kind != OpKind::kF && op.kind != OpKind::kR), what + ": no input");
 
+        const StageSpec& spec = p.stages[st];
+        if (op.kind == OpKind::kF) state.allocate(spec.act_f_bytes, op_name(op));
+        if (op.kind == OpKind::kR) state.allocate(spec.act_f_bytes - spec.act_input_bytes, op_name(op));
         state.mark_started(op);
         const double start = monotonic_us();
         switch (op.kind) {
@@ -368,7 +385,7 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
             const int64_t full = stash_bytes(stash.tensors);
             const double end = monotonic_us();
             if (op.kind == OpKind::kF) {
-              state.account(end, full);
+              state.account(end, full - spec.act_f_bytes);  // measured instead of predicted
               if (recomputed[k]) {
                 stash.tensors.resize(1);
                 state.account(end, stash_bytes(stash.tensors) - full);
@@ -382,7 +399,8 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
               }
               state.put_stash(st, i, std::move(stash));
             } else {
-              state.account(end, full - stash_bytes(state.stash_for_recompute(st, i).tensors));
+              state.account(end, full - stash_bytes(state.stash_for_recompute(st, i).tensors) -
+                                     (spec.act_f_bytes - spec.act_input_bytes));
               state.stash_for_recompute(st, i) = std::move(stash);
             }
             state.record(op, start, end);

@@ -10,7 +10,9 @@
 //
 // Live activation bytes are counted where the simulator counts them (F adds its stash, a
 // recompute keeps only the input, B swaps the stash for what W needs, offload frees, reload
-// allocates), so the measured peak is comparable with the prediction.
+// allocates), so the measured peak is comparable with the prediction. The budget holds whatever
+// the timing: an F, R or reload whose bytes would not fit waits for offloads in flight to free
+// them (the simulator's order already fits, so this only binds when transfers run late).
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,7 @@ struct RankSetup {
 
 struct EngineOptions {
   int iterations = 1;
-  double lr = 1e-3;
+  double lr = 3e-3;
   double timeout_s = 60;  // any wait on a peer (connect, receive, barrier)
   bool check = false;     // after the first iteration: compare loss and gradients with reference_gradients()
   // Called before each compute op with the number already run (a test hook for fault injection).

@@ -23,6 +23,7 @@
 #include "engine.h"
 #include "launch.h"
 #include "optpipe/export.h"
+#include "optpipe/figures.h"
 #include "optpipe/json_io.h"
 #include "optpipe/units.h"
 #include "optpipe/validate.h"
@@ -165,15 +166,15 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
   if (!env.ok()) return fail(env.status, kTool);
   if (env.value.present) return rank_main(env.value, fs.value, cfg.value, a);
 
-  // Refused before any process starts: a schedule that does not validate (budget included).
+  // Refused before any process starts: a schedule that does not validate or does not fit.
   const std::string what = a.family.empty() ? a.schedule_path : a.family;
-  Validation v = validate(fs.value.problem, fs.value.schedule, {.sim = {.op_times = true, .memory_curve = true}});
-  if (!v.ok()) {
-    const bool over_budget = v.sim.ok();
-    return fail({over_budget ? StatusCode::kInfeasible : StatusCode::kInvalidInput,
-                 what + " does not validate, nothing was started:\n" + v.summary()},
+  Validation v = validate(fs.value.problem, fs.value.schedule,
+                          {.check_memory_budget = false, .sim = {.op_times = true, .memory_curve = true}});
+  if (!v.ok()) return fail(Status::Invalid(what + " does not validate, nothing was started:\n" + v.summary()), kTool);
+  if (!fits_budget(fs.value.problem, v.sim.timeline))
+    return fail(Status::Infeasible(what + " does not fit the memory budget, nothing was started:\n" +
+                                   validate(fs.value.problem, fs.value.schedule).summary()),
                 kTool);
-  }
   if (!a.fault.empty()) {
     std::string kind;
     int rank = 0;

@@ -1,2 +1,134 @@
 #!/usr/bin/env bash
-exit 0
+# The runtime end to end, through `optpipe run` / `optpipe profile` (real processes, c10d gloo):
+# every family and optimized schedules with offload and recompute give the loss and gradients of
+# one unpipelined process; training lowers the loss; faults end every rank with a clear message;
+# a schedule that does not validate starts nothing.
+set -u
+bin="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+
+# A small GPT so that each run takes about a second; the same flags for profile and run.
+model=(--layers 4 --hidden 64 --ffn 256 --heads 4 --seq-len 32 --vocab 128 --microbatch-size 2)
+
+"$bin" profile --devices 2 --microbatches 4 --repetitions 2 "${model[@]}" -o "$tmp/profile.json" \
+  --problem-out "$tmp/problem.json" 2> "$tmp/profile.err" || { fail "profile"; cat "$tmp/profile.err"; }
+python3 - "$tmp/profile.json" "$tmp/problem.json" <<'PY' && echo "ok   profile writes profile and problem" || fail "profile output"
+import json, sys
+prof, prob = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert prof["format"] == "optpipe.profile/1" and len(prof["stages"]) == 2
+for s in prof["stages"]:
+    assert s["t_f_us"] > 0 and s["t_b_us"] > 0 and s["t_w_us"] > 0 and s["t_r_us"] > 0, s
+    assert s["act_f_bytes"] > s["act_input_bytes"] > 0 and -s["act_w_bytes"] < s["act_f_bytes"], s
+assert prof["t_comm_us"] > 0 and prof["host_link"]["d2h_gb_per_s"] > 0
+assert all(b > 0 for b in prof["static_bytes"])
+assert prob["num_devices"] == 2 and prob["num_microbatches"] == 4
+PY
+# The profile is in the format the cost model reads: plan takes it for two devices.
+out=$("$bin" plan --model gpt-tiny --cluster 2xa100-40gb --microbatches 4 --profile "$tmp/profile.json" -q --time-limit 2 2>&1)
+[ $? -eq 0 ] && grep -q "optimized" <<<"$out" && echo "ok   plan --profile reads it" || { fail "plan --profile"; echo "$out" | tail -5; }
+
+run_check() {  # run_check NAME ARGS... : one iteration, --check must pass
+  local name="$1"
+  shift
+  local out
+  if out=$("$bin" run --problem "$tmp/problem.json" "${model[@]}" --iterations 1 --check --timeout 60 "$@" 2>&1) &&
+     grep -q "): OK" <<<"$out"; then
+    echo "ok   $name: $(grep -o 'gradients of .*' <<<"$out")"
+  else
+    fail "$name"; echo "$out" | tail -15
+  fi
+}
+
+for family in $("$bin" families --json | python3 -c 'import json,sys; print(" ".join(f["name"] for f in json.load(sys.stdin)["families"]))'); do
+  run_check "run --check $family" --family "$family"
+done
+"$bin" schedule --problem "$tmp/problem.json" --family pipeoffload -o "$tmp/po.json" > /dev/null
+grep -q OFFLOAD "$tmp/po.json" && echo "ok   pipeoffload offloads here" || fail "pipeoffload has no offload on this problem"
+
+# Four ranks (more processes than cores: correctness only).
+"$bin" profile --devices 4 --microbatches 8 --repetitions 1 "${model[@]}" -o /dev/null --problem-out "$tmp/problem4.json" 2> /dev/null ||
+  fail "profile 4 ranks"
+for family in zb-v interleaved-1f1b; do
+  out=$("$bin" run --problem "$tmp/problem4.json" "${model[@]}" --iterations 1 --check --family "$family" 2>&1)
+  grep -q "): OK" <<<"$out" && echo "ok   4 ranks $family" || { fail "4 ranks $family"; echo "$out" | tail -10; }
+done
+
+# Optimized under a budget that 1F1B does not fit: the optimizer must offload or recompute.
+python3 - "$tmp/problem.json" "$tmp/tight.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+acts = [s["act_f_bytes"] for s in p["stages"]]
+for d in p["devices"]:
+    d["mem_budget_bytes"] = d["static_bytes"] + int(1.5 * max(acts))
+json.dump(p, open(sys.argv[2], "w"))
+PY
+"$bin" optimize --problem "$tmp/tight.json" --time-limit 5 -q -o "$tmp/opt.json" > "$tmp/opt.out" 2>&1 || { fail "optimize tight"; cat "$tmp/opt.out"; }
+if grep -qE '"(OFFLOAD|R)[0-9]' "$tmp/opt.json"; then
+  echo "ok   optimized schedule offloads/recomputes: $(grep -oE '"(OFFLOAD|R)[0-9]+ s[0-9]+"' "$tmp/opt.json" | sed 's/[0-9 s"]//g' | sort | uniq -c | tr '\n' ' ')"
+else
+  fail "optimized schedule under a tight budget has neither offload nor recompute"
+fi
+out=$("$bin" run --problem "$tmp/tight.json" --schedule "$tmp/opt.json" "${model[@]}" --iterations 2 --check --json "$tmp/opt_run.json" 2>&1)
+grep -q "): OK" <<<"$out" && echo "ok   optimized schedule runs and matches" || { fail "optimized run"; echo "$out" | tail -10; }
+python3 - "$tmp/opt_run.json" "$tmp/tight.json" <<'PY' && echo "ok   optimized run stays within the budget" || fail "optimized run's measured peak"
+import json, sys
+r, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+for d, dev in enumerate(p["devices"]):
+    measured, predicted = r["measured_peak_activation_bytes"][d], r["predicted_peak_activation_bytes"][d]
+    assert dev["static_bytes"] + measured <= dev["mem_budget_bytes"], (d, measured, dev)
+    assert measured >= 0.5 * predicted, (d, measured, predicted)
+PY
+
+# Training lowers the loss; the trace has one event per op.
+"$bin" run --problem "$tmp/problem.json" "${model[@]}" --family zb-h1 --iterations 15 --json "$tmp/train.json" \
+  --trace "$tmp/trace.json" > /dev/null 2>&1 || fail "training run"
+python3 - "$tmp/train.json" "$tmp/trace.json" <<'PY' && echo "ok   training lowers the loss; trace complete" || fail "training / trace"
+import json, sys
+r, t = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert r["losses"][-1] < 0.8 * r["losses"][0], r["losses"]
+ops = [e for e in t["traceEvents"] if e["ph"] == "X"]
+assert len(ops) == 2 * 4 * 3, len(ops)  # 2 stages × 4 microbatches × F, B, W
+assert all(e["dur"] > 0 for e in ops)
+PY
+
+# Faults: a rank that exits or stalls stops everyone, with a message, within the timeout.
+for fault in exit@1 stall@0; do
+  start=$(date +%s)
+  out=$("$bin" run --problem "$tmp/problem.json" "${model[@]}" --family 1f1b --timeout 3 --inject-fault "$fault" 2>&1)
+  rc=$?
+  took=$(($(date +%s) - start))
+  want="run failed: rank"
+  [ "$fault" = stall@0 ] && want="Timed out waiting 3000ms"
+  if [ "$rc" -ne 0 ] && [ "$took" -lt 40 ] && grep -q "$want" <<<"$out"; then
+    echo "ok   fault $fault: exit $rc after ${took}s: $(grep -m1 'run failed' <<<"$out" | cut -c1-160)"
+  else
+    fail "fault $fault (exit $rc after ${took}s)"; echo "$out" | tail -8
+  fi
+done
+
+# A schedule that does not validate is refused before any process starts.
+"$bin" schedule --problem "$tmp/problem.json" --family 1f1b -o "$tmp/s.json" > /dev/null
+python3 - "$tmp/s.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["devices"][1]["compute"].pop()  # drop device 1's last op
+json.dump(s, open(sys.argv[1], "w"))
+PY
+out=$("$bin" run --problem "$tmp/problem.json" "${model[@]}" --schedule "$tmp/s.json" 2>&1)
+rc=$?
+if [ "$rc" -eq 1 ] && grep -q "nothing was started" <<<"$out" && ! grep -q "rank" <<<"$out"; then
+  echo "ok   invalid schedule refused"
+else
+  fail "invalid schedule (exit $rc)"; echo "$out" | head -5
+fi
+out=$("$bin" run --problem "$tmp/tight.json" "${model[@]}" --family gpipe 2>&1)
+rc=$?
+[ "$rc" -eq 3 ] && grep -q "nothing was started" <<<"$out" && echo "ok   over-budget schedule refused (exit 3)" || { fail "over budget (exit $rc)"; echo "$out" | head -5; }
+out=$("$bin" run --problem "$tmp/problem.json" --family 1f1b --model llama2-7b 2>&1)
+[ $? -eq 1 ] && grep -q "GPT blocks" <<<"$out" && echo "ok   non-GPT model refused" || { fail "llama refused"; echo "$out" | head -5; }
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]
