@@ -15,6 +15,8 @@
 // them (the simulator's order already fits, so this only binds when transfers run late).
 #pragma once
 
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -25,11 +27,6 @@
 #include "optpipe/status.h"
 #include "gpt.h"
 #include "records.h"
-
-namespace c10d {
-class ProcessGroupGloo;
-class Work;
-}  // namespace c10d
 
 namespace optpipe::runtime {
 
@@ -42,29 +39,37 @@ struct RankSetup {
 struct EngineOptions {
   int iterations = 1;
   double lr = 3e-3;
-  double timeout_s = 60;  // any wait on a peer (connect, receive, barrier)
   bool check = false;     // after the first iteration: compare loss and gradients with reference_gradients()
   // Called before each compute op with the number already run (a test hook for fault injection).
   std::function<void(int iteration, int ops_done)> before_op;
 };
 
+// This process's place among the ranks, and its connection to the others.
+struct Group {
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  int rank = 0, world_size = 1;
+  double timeout_s = 60;  // for every wait on a peer
+};
+
 // Joins the group of `setup.world_size` ranks (rank 0 serves the TCPStore); gives up after
 // `timeout_s`, and so does every operation on the group.
-Result<c10::intrusive_ptr<c10d::ProcessGroupGloo>> join_group(const RankSetup& setup, double timeout_s);
+Result<Group> join_group(const RankSetup& setup, double timeout_s);
 
 // Waits for a c10d operation; on timeout or a peer's failure throws std::runtime_error
 // "<what>: <the first line of c10d's message>".
 void wait_work(const c10::intrusive_ptr<c10d::Work>& work, double timeout_s, const std::string& what);
 
-// Makes later tensor allocations of up to `bytes` in all reuse memory that is already mapped:
-// glibc keeps freed memory (no trim, one arena, mmap only above 32 MiB) and `bytes` are touched
-// once now. The CPU stand-in for a caching allocator: without it every stash pays page faults
-// (measured here: a 4.8 MiB stash took 21 ms to build instead of 3.5 ms).
+// The CPU stand-in for a caching allocator: glibc keeps freed memory (no trim, one arena for
+// every thread, mmap only above 32 MiB), so tensors reuse pages that are already mapped. Call
+// before any thread starts. Without it every stash pays page faults (measured here: a 4.8 MiB
+// stash took 21 ms to build instead of 3.5 ms; a 2.4 MiB offload copy 7–18 ms instead of 0.2).
+void keep_freed_memory();
+// Maps `bytes` of heap now, so that the first iteration does not pay the faults either.
 void reserve_heap(int64_t bytes);
 
 // `problem` must already be cut for the schedule's placement and the schedule validated.
-Result<RankReport> run_rank(const Problem& problem, const Schedule& schedule, const GptConfig& cfg,
-                            const RankSetup& setup, const EngineOptions& options);
+Result<RankReport> run_rank(const Problem& problem, const Schedule& schedule, const GptConfig& cfg, const Group& group,
+                            const EngineOptions& options);
 
 
 }  // namespace optpipe::runtime

@@ -71,9 +71,9 @@ struct ModelArgs {
 
 struct RunArgs {
   std::string problem_path, schedule_path, family, trace_path, json_path, fault;
-  int chunks = 0, iterations = 3, fault_after_ops = 2;
+  int chunks = 0, iterations = 3, fault_after_ops = 2, reprofile_repetitions = 3;
   double lr = 3e-3, timeout_s = 60;
-  bool check = false;
+  bool check = false, reprofile = false;
 };
 
 std::string ms(double us) { return fmt::format("{:.2f} ms", us / 1e3); }
@@ -115,12 +115,16 @@ Result<std::vector<std::string>> launch_and_collect(const std::vector<std::strin
   return R::Of(std::move(texts));
 }
 
+// What re-profiling measures for a run of problem `p`: its devices, microbatches and placement.
+ProfileSpec profile_spec_of(const Problem& p, int repetitions) {
+  return {p.num_devices, p.num_microbatches, p.placement, p.chunks_per_device, repetitions, 0};
+}
+
 // One rank's work: run, then write the report where the launcher looks for it.
 int rank_main(const RankEnv& env, const FamilySchedule& fs, const GptConfig& cfg, const RunArgs& a) {
   EngineOptions opt;
   opt.iterations = a.iterations;
   opt.lr = a.lr;
-  opt.timeout_s = a.timeout_s;
   opt.check = a.check;
   std::string fault_kind;
   int fault_rank = -1;
@@ -134,12 +138,23 @@ int rank_main(const RankEnv& env, const FamilySchedule& fs, const GptConfig& cfg
         for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
       };
   }
-  Result<RankReport> r = run_rank(fs.problem, fs.schedule, cfg, {env.rank, env.world_size, env.master_addr, env.master_port}, opt);
-  if (!r.ok()) {
-    std::fprintf(stderr, "%s: %s\n", kTool, r.status.message.c_str());
+  auto die = [](const Status& st) {
+    std::fprintf(stderr, "%s: %s\n", kTool, st.message.c_str());
     std::fflush(stderr);
     std::_Exit(kExitBadInput);  // pending c10d work must not hold the process open
+  };
+  Result<Group> group = join_group({env.rank, env.world_size, env.master_addr, env.master_port}, a.timeout_s);
+  if (!group.ok()) die(group.status);
+  std::string profile_json;
+  if (a.reprofile) {
+    const Problem& p = fs.problem;
+    Result<Problem> share = profile_rank(cfg, profile_spec_of(p, a.reprofile_repetitions), group.value);
+    if (!share.ok()) die(share.status);
+    profile_json = problem_to_json(share.value);
   }
+  Result<RankReport> r = run_rank(fs.problem, fs.schedule, cfg, group.value, opt);
+  if (!r.ok()) die(r.status);
+  r.value.profile_json = profile_json;
   if (!env.run_dir.empty()) {
     Status st = write_text_file(env.run_dir + "/rank" + std::to_string(env.rank) + ".json", rank_report_to_json(r.value));
     if (!st.ok()) return fail(st, kTool);
@@ -190,7 +205,23 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
   }
   if (!texts.ok()) return fail(Status::Invalid("run failed: " + texts.status.message), kTool);
 
-  const Timeline& predicted = v.sim.timeline;
+  // With --reprofile the prediction comes from what the ranks measured just before running.
+  Timeline predicted = v.sim.timeline;
+  double file_predicted_us = predicted.makespan_us;
+  if (a.reprofile) {
+    std::vector<Problem> shares;
+    for (const RankReport& r : reports) {
+      Result<Problem> share = problem_from_json(r.profile_json);
+      if (!share.ok()) return fail(Status::Invalid("a rank's profile: " + share.status.message), kTool);
+      shares.push_back(std::move(share.value));
+    }
+    Result<Problem> fresh = merge_profiles(profile_spec_of(p, a.reprofile_repetitions), shares);
+    if (!fresh.ok()) return fail(fresh.status, kTool);
+    for (int d = 0; d < p.num_devices; d++) fresh.value.devices[d] = {fresh.value.devices[d].static_bytes, p.devices[d].mem_budget_bytes, p.devices[d].host_link};
+    SimResult sim = simulate(fresh.value, fs.value.schedule, {.op_times = true, .memory_curve = true});
+    if (!sim.ok()) return fail(Status::Invalid("re-profiled problem: " + sim.status.message), kTool);
+    predicted = std::move(sim.timeline);
+  }
   RunComparison c = compare_run(p, predicted, reports);
   std::printf("%s on %d ranks (c10d gloo, CPU, %d thread%s each): %d microbatches of %d × %d tokens, %d iterations\n",
               what.c_str(), p.num_devices, model.threads, model.threads == 1 ? "" : "s", p.num_microbatches,
@@ -210,6 +241,9 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
   std::fputs(aligned_table(rows).c_str(), stdout);
   std::printf("(iteration %d of %d shown: the median after the first; peaks are the max over all iterations)\n",
               c.shown_iteration + 1, a.iterations);
+  if (a.reprofile)
+    std::printf("predicted from the ranks' profile taken just before the run; from %s: %s (measured/predicted %s)\n",
+                a.problem_path.c_str(), ms(file_predicted_us).c_str(), ratio(c.measured_us, file_predicted_us).c_str());
 
   int rc = kExitOk;
   json check_json;
@@ -247,6 +281,8 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
               {"shown_iteration", c.shown_iteration},
               {"measured_us", c.measured_us},
               {"predicted_us", c.predicted_us},
+              {"reprofiled", a.reprofile},
+              {"problem_file_predicted_us", file_predicted_us},
               {"measured_idle_us", c.measured_idle_us},
               {"predicted_idle_us", c.predicted_idle_us},
               {"measured_peak_activation_bytes", c.measured_peak_bytes},
@@ -280,7 +316,8 @@ int cmd_profile(ProfileArgs a, const ModelArgs& model, const std::vector<std::st
   if (env.value.present) {
     const RankEnv& e = env.value;
     if (e.run_dir.empty()) return fail(Status::Invalid("a profiling rank writes its share to OPTPIPE_RUN_DIR, which is not set"), kTool);
-    Result<Problem> share = profile_rank(cfg.value, a.spec, {e.rank, e.world_size, e.master_addr, e.master_port}, a.timeout_s);
+    Result<Group> group = join_group({e.rank, e.world_size, e.master_addr, e.master_port}, a.timeout_s);
+    Result<Problem> share = group.ok() ? profile_rank(cfg.value, a.spec, group.value) : Result<Problem>::Error(group.status);
     Status st = share.ok() ? write_text_file(e.run_dir + "/rank" + std::to_string(e.rank) + ".json", problem_to_json(share.value))
                            : share.status;
     if (!st.ok()) std::fprintf(stderr, "%s: %s\n", kTool, st.message.c_str());
@@ -316,6 +353,7 @@ int cmd_profile(ProfileArgs a, const ModelArgs& model, const std::vector<std::st
 }  // namespace
 
 int main(int argc, char** argv) {
+  keep_freed_memory();
   CLI::App app{"optpipe-runtime: run pipeline schedules for real on LibTorch + c10d"};
   app.require_subcommand(1);
   ModelArgs model;
@@ -330,6 +368,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--lr", run.lr, "Adam learning rate")->capture_default_str();
   run_cmd->add_option("--timeout", run.timeout_s, "seconds any rank waits for a peer before giving up")
       ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
+  run_cmd->add_flag("--reprofile", run.reprofile,
+                    "predict from a profile the ranks take just before running (same processes, same machine state)");
+  run_cmd->add_option("--reprofile-repetitions", run.reprofile_repetitions, "timed runs per op when re-profiling")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
   run_cmd->add_flag("--check", run.check, "compare loss and gradients of the first iteration with one unpipelined process");
   run_cmd->add_option("--trace", run.trace_path, "write a Chrome trace of the measured iteration");
   run_cmd->add_option("--json", run.json_path, "write the figures as JSON (- for stdout)");

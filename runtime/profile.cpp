@@ -59,15 +59,19 @@ Status check_profile_spec(const ProfileSpec& spec) {
   return Status::Ok();
 }
 
-Result<Problem> profile_rank(const GptConfig& cfg, const ProfileSpec& spec, const RankSetup& setup, double timeout_s) {
+namespace {
+
+// profile_rank(), throwing when a peer fails.
+Result<Problem> measure_share(const GptConfig& cfg, const ProfileSpec& spec, const Group& group) {
   using R = Result<Problem>;
   if (Status st = check_profile_spec(spec); !st.ok()) return R::Error(st);
-  if (setup.world_size != spec.num_devices)
-    return R::Error(Status::Invalid("world size " + std::to_string(setup.world_size) + " but " +
+  if (group.world_size != spec.num_devices)
+    return R::Error(Status::Invalid("world size " + std::to_string(group.world_size) + " but " +
                                     std::to_string(spec.num_devices) + " devices to profile"));
-  Result<c10::intrusive_ptr<c10d::ProcessGroupGloo>> pg = join_group(setup, timeout_s);
-  if (!pg.ok()) return R::Error(pg.status);
-  const std::string me = "rank " + std::to_string(setup.rank);
+  c10d::ProcessGroupGloo& pg = *group.pg;
+  const int rank = group.rank;
+  const double timeout_s = group.timeout_s;
+  const std::string me = "rank " + std::to_string(rank);
 
   Problem p;
   p.num_devices = spec.num_devices;
@@ -82,35 +86,47 @@ Result<Problem> profile_rank(const GptConfig& cfg, const ProfileSpec& spec, cons
   const Batch batch = make_batch(cfg, 0, 0);
   reserve_heap(0);  // the warm-up repetition maps what the timed ones reuse
   // Every rank times its stages at the same time, as they will run.
-  wait_work(pg.value->barrier(), timeout_s, me + ": profiling start");
+  wait_work(pg.barrier(), timeout_s, me + ": profiling start");
   int64_t largest_stash = 0;
   for (int s = 0; s < S; s++) {
-    if (p.device_of(s) != setup.rank) continue;
+    if (p.device_of(s) != rank) continue;
     ChunkParams params = init_chunk(cfg, layouts[s]);
-    const at::Tensor input = layouts[s].embedding ? batch.tokens : at::randn({b, T, h});
     const at::Tensor grad_output = at::randn({b, T, h}) * 1e-3;
     std::vector<double> t_f, t_r, t_b, t_w;
     StageSpec& st = p.stages[s];
+    // Several microbatches in flight, each pass over all of them in turn, so that caches hold
+    // what they hold in a run (timing one microbatch over and over measured ~10% fast).
+    const int in_flight = std::min(spec.num_microbatches, 4);
+    std::vector<at::Tensor> inputs;
+    for (int i = 0; i < in_flight; i++) inputs.push_back(layouts[s].embedding ? batch.tokens : at::randn({b, T, h}));
     for (int k = 0; k < spec.repetitions + 1; k++) {
+      const bool timed = k > 0;  // the first round warms up
+      std::vector<Stash> stashes;
+      std::vector<WeightStash> w(in_flight);
       at::Tensor out;
-      const double t0 = monotonic_us();
-      Stash stash = forward(cfg, params, input, batch, &out);
-      const double t1 = monotonic_us();
-      forward(cfg, params, input, batch, &out);  // the recompute runs the same forward
-      const double t2 = monotonic_us();
-      st.act_f_bytes = stash_bytes(stash.tensors);
-      st.act_input_bytes = stash_bytes({stash.tensors[0]});
-      WeightStash w;
-      backward_input(cfg, &params, std::move(stash), grad_output, batch, &w);
-      const double t3 = monotonic_us();
-      st.act_w_bytes = -stash_bytes(w);
-      backward_weight(&params, std::move(w));
-      const double t4 = monotonic_us();
-      if (k == 0) continue;  // warm-up
-      t_f.push_back(t1 - t0);
-      t_r.push_back(t2 - t1);
-      t_b.push_back(t3 - t2);
-      t_w.push_back(t4 - t3);
+      for (int i = 0; i < in_flight; i++) {
+        const double t0 = monotonic_us();
+        stashes.push_back(forward(cfg, params, inputs[i], batch, &out));
+        if (timed) t_f.push_back(monotonic_us() - t0);
+      }
+      for (int i = 0; i < in_flight; i++) {
+        const double t0 = monotonic_us();
+        forward(cfg, params, inputs[i], batch, &out);  // the recompute runs the same forward
+        if (timed) t_r.push_back(monotonic_us() - t0);
+      }
+      st.act_f_bytes = stash_bytes(stashes[0].tensors);
+      st.act_input_bytes = stash_bytes({stashes[0].tensors[0]});
+      for (int i = 0; i < in_flight; i++) {
+        const double t0 = monotonic_us();
+        backward_input(cfg, &params, std::move(stashes[i]), grad_output, batch, &w[i]);
+        if (timed) t_b.push_back(monotonic_us() - t0);
+      }
+      st.act_w_bytes = -stash_bytes(w[0]);
+      for (int i = 0; i < in_flight; i++) {
+        const double t0 = monotonic_us();
+        backward_weight(&params, std::move(w[i]));
+        if (timed) t_w.push_back(monotonic_us() - t0);
+      }
     }
     st.t_f_us = median(t_f);
     st.t_r_us = median(t_r);
@@ -118,17 +134,27 @@ Result<Problem> profile_rank(const GptConfig& cfg, const ProfileSpec& spec, cons
     st.t_w_us = median(t_w);
     st.act_b_bytes = -st.act_f_bytes - st.act_w_bytes;
     largest_stash = std::max(largest_stash, st.act_f_bytes);
-    p.devices[setup.rank].static_bytes += 16 * num_params(params);
+    p.devices[rank].static_bytes += 16 * num_params(params);
   }
-  wait_work(pg.value->barrier(), timeout_s, me + ": profiling the hop");
-  if (setup.rank < 2 && spec.num_devices > 1)
-    p.t_comm_us = measure_hop_us(*pg.value, setup.rank, b * T * h, std::max(10, spec.repetitions), timeout_s);
+  wait_work(pg.barrier(), timeout_s, me + ": profiling the hop");
+  if (rank < 2 && spec.num_devices > 1)
+    p.t_comm_us = measure_hop_us(pg, rank, b * T * h, std::max(10, spec.repetitions), timeout_s);
   const double latency_us = measure_copy_us(4, 20);
   const double copy_us = std::max(measure_copy_us(largest_stash, std::max(5, spec.repetitions)) - latency_us, 1e-3);
   const double gb_per_s = static_cast<double>(std::max<int64_t>(largest_stash, 1)) / copy_us / 1e3;
   p.host_link = {gb_per_s, gb_per_s, latency_us};
-  wait_work(pg.value->barrier(), timeout_s, me + ": profiling end");
+  wait_work(pg.barrier(), timeout_s, me + ": profiling end");
   return R::Of(std::move(p));
+}
+
+}  // namespace
+
+Result<Problem> profile_rank(const GptConfig& cfg, const ProfileSpec& spec, const Group& group) {
+  try {
+    return measure_share(cfg, spec, group);
+  } catch (const std::exception& e) {
+    return Result<Problem>::Error(Status::Invalid(e.what()));
+  }
 }
 
 Result<Problem> merge_profiles(const ProfileSpec& spec, const std::vector<Problem>& shares) {

@@ -7,7 +7,7 @@
 // and latency of a stash-sized host copy (the slowest is kept). Static bytes: 16 per parameter
 // (fp32 weights, gradients and two Adam moments). Workspace is not measured (0).
 //
-//   Result<Problem> share = profile_rank(cfg, spec, setup, 60);     // on each rank
+//   Result<Problem> share = profile_rank(cfg, spec, group);         // on each rank
 //   Result<Problem> p = merge_profiles(spec, shares);               // on the launcher
 //   write_text_file("profile.json", profile_to_json(p.value));     // what `plan --profile` reads
 #pragma once
@@ -27,14 +27,14 @@ struct ProfileSpec {
   int num_microbatches = 8;  // only copied into the problem
   Placement placement = Placement::kLinear;
   int chunks_per_device = 1;
-  int repetitions = 7;            // timed runs per op (after one warm-up), the median is kept
+  int repetitions = 7;  // timed rounds (after one warm-up) over up to 4 microbatches; the median is kept
   int64_t mem_budget_bytes = 0;   // per device; 0: enough for every activation at once
 };
 
 Status check_profile_spec(const ProfileSpec& spec);
 
 // This rank's share: its stages and its device filled in, the rest zero.
-Result<Problem> profile_rank(const GptConfig& cfg, const ProfileSpec& spec, const RankSetup& setup, double timeout_s);
+Result<Problem> profile_rank(const GptConfig& cfg, const ProfileSpec& spec, const Group& group);
 
 // The problem from every rank's share (index = rank).
 Result<Problem> merge_profiles(const ProfileSpec& spec, const std::vector<Problem>& shares);

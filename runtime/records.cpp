@@ -29,7 +29,7 @@ std::string rank_report_to_json(const RankReport& r) {
                    {"peak_activation_bytes", it.peak_activation_bytes},
                    {"loss", it.loss}});
   }
-  json j = {{"rank", r.rank}, {"iterations", its}, {"checked", r.checked}};
+  json j = {{"rank", r.rank}, {"iterations", its}, {"checked", r.checked}, {"profile", r.profile_json}};
   if (r.checked)
     j["check"] = {{"loss", r.check.loss},
                   {"reference_loss", r.check.reference_loss},
@@ -61,6 +61,7 @@ Result<RankReport> rank_report_from_json(const std::string& text) {
       r.iterations.push_back(std::move(rec));
     }
     r.checked = j.at("checked").get<bool>();
+    r.profile_json = j.at("profile").get<std::string>();
     if (r.checked) {
       const json& c = j.at("check");
       r.check.loss = c.at("loss").get<double>();

@@ -43,6 +43,7 @@ struct RankReport {
   std::vector<IterationRecord> iterations;
   bool checked = false;
   CheckRecord check;
+  std::string profile_json;  // with --reprofile: this rank's share, as problem JSON
 };
 
 std::string rank_report_to_json(const RankReport& r);

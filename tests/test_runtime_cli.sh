@@ -84,11 +84,12 @@ PY
 
 # Training lowers the loss; the trace has one event per op.
 "$bin" run --problem "$tmp/problem.json" "${model[@]}" --family zb-h1 --iterations 15 --json "$tmp/train.json" \
-  --trace "$tmp/trace.json" > /dev/null 2>&1 || fail "training run"
+  --trace "$tmp/trace.json" --reprofile > /dev/null 2>&1 || fail "training run"
 python3 - "$tmp/train.json" "$tmp/trace.json" <<'PY' && echo "ok   training lowers the loss; trace complete" || fail "training / trace"
 import json, sys
 r, t = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert r["losses"][-1] < 0.8 * r["losses"][0], r["losses"]
+assert r["reprofiled"] and r["predicted_us"] > 0 and r["problem_file_predicted_us"] > 0
 ops = [e for e in t["traceEvents"] if e["ph"] == "X"]
 assert len(ops) == 2 * 4 * 3, len(ops)  # 2 stages × 4 microbatches × F, B, W
 assert all(e["dur"] > 0 for e in ops)
