@@ -4,9 +4,6 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <malloc.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <limits>
 
@@ -122,7 +119,6 @@ class Iteration {
         const size_t k = slot(op.stage, op.microbatch);
         wait_for([&] { return f_done_[k]; }, "F" + std::to_string(op.microbatch) + " s" + std::to_string(op.stage));
         const double start = monotonic_us();
-        timespec cs; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cs);
         std::vector<at::Tensor> device_copy;
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -131,11 +127,8 @@ class Iteration {
         std::vector<at::Tensor> host;
         for (const at::Tensor& t : device_copy) host.push_back(t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
         const int64_t bytes = stash_bytes(device_copy);
-        const double t_copied = monotonic_us();
         device_copy.clear();
         const double end = monotonic_us();
-        timespec ce; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ce);
-        if (getenv("OPTPIPE_DEBUG")) fprintf(stderr, "offload %s copy %.0f free %.0f cpu %.0f\n", op_name(op).c_str(), t_copied - start, end - t_copied, (ce.tv_sec - cs.tv_sec) * 1e6 + (ce.tv_nsec - cs.tv_nsec) * 1e-3);
         std::lock_guard<std::mutex> lock(mu_);
         f_stash_[k].tensors = std::move(host);
         offloaded_[k] = true;
@@ -214,11 +207,6 @@ std::string first_line(std::string msg) {
   if (size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
   return msg;
 }
-
-// The transfer workers stand in for copy engines: when one wakes it should run at once, not
-// after the compute thread's time slice (measured: offloads of 0.17 ms finished 7 ms late).
-// Needs CAP_SYS_NICE; without it the workers run at normal priority.
-void raise_priority() { setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), -10); }
 
 struct Peer {
   int rank = -1;
@@ -306,7 +294,7 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
   int64_t peak_guess = 0;
   for (int st = 0; st < S; st++)
     if (p.device_of(st) == d) peak_guess += p.stages[st].act_f_bytes * M;
-  reserve_heap(getenv("OPTPIPE_RESERVE") ? atoll(getenv("OPTPIPE_RESERVE")) : std::min<int64_t>(peak_guess + (64 << 20), p.devices[d].mem_budget_bytes - p.devices[d].static_bytes + (64 << 20)));
+  reserve_heap(std::min<int64_t>(peak_guess, p.devices[d].mem_budget_bytes - p.devices[d].static_bytes) + (64 << 20));
 
   RankReport report;
   report.rank = d;
@@ -346,14 +334,8 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
       sends.emplace_back(bufs[0], pg->send(bufs, dst, tag));
     };
 
-    std::thread offload_worker([&] {
-      raise_priority();
-      state.run_offloads(ds.offloads);
-    });
-    std::thread reload_worker([&] {
-      raise_priority();
-      state.run_reloads(ds.reloads, device);
-    });
+    std::thread offload_worker([&] { state.run_offloads(ds.offloads); });
+    std::thread reload_worker([&] { state.run_reloads(ds.reloads, device); });
     std::vector<WeightStash> w_stash(static_cast<size_t>(S) * M);
     double loss = 0;
     std::string error;
