@@ -7,7 +7,8 @@ optimized schedule under a budget 1F1B does not fit (V-shape, offloading), each 
 iterations with --reprofile, and records measured / predicted iteration time — predicted from
 the ranks' profile taken just before the run, and from the profile file written earlier in the
 round — and peak activation bytes. The medians over rounds are reported. (This machine's speed
-drifts by up to 2× within a minute; the profile taken by the running processes follows it.)
+drifts by up to 2× within seconds, so a third figure takes it out: the simulator replayed on
+the op durations measured in the run itself.)
 
   ./bench/bench_runtime.py [--rounds 3] [--out results.json] [--optpipe build/optpipe]
 """
@@ -50,13 +51,14 @@ def main():
         sh([bin_, "run", "--problem", prob, "--iterations", str(a.iterations), "--reprofile", "--json", out] + schedule_args)
         r = json.load(open(out))
         rows.append({"round": rnd, "schedule": name, "measured_us": r["measured_us"], "predicted_us": r["predicted_us"],
-                     "file_predicted_us": r["problem_file_predicted_us"],
+                     "file_predicted_us": r["problem_file_predicted_us"], "replayed_us": r["replayed_us"],
                      "measured_peak_bytes": r["measured_peak_activation_bytes"],
                      "predicted_peak_bytes": r["predicted_peak_activation_bytes"],
                      "measured_idle_us": r["measured_idle_us"], "predicted_idle_us": r["predicted_idle_us"]})
         print(f"round {rnd} {name:16s} measured {r['measured_us'] / 1e3:7.2f} ms  predicted {r['predicted_us'] / 1e3:7.2f} ms"
               f"  ratio {r['measured_us'] / r['predicted_us']:.3f}"
-              f"  (from the profile file: {r['measured_us'] / r['problem_file_predicted_us']:.3f})", file=sys.stderr)
+              f"  (from the profile file: {r['measured_us'] / r['problem_file_predicted_us']:.3f},"
+              f" replayed: {r['measured_us'] / r['replayed_us']:.3f})", file=sys.stderr)
 
     for rnd in range(a.rounds):
         lin = profile("linear")
@@ -75,18 +77,21 @@ def main():
         run("optimized", tight, ["--schedule", sched], rnd)
 
     print("measured / predicted, median over rounds [min .. max]")
-    print(f"{'schedule':16s} {'iteration (re-profiled)':>28s} {'iteration (profile file)':>28s} {'peak activations':>20s}")
+    print(f"{'schedule':16s} {'iteration (re-profiled)':>28s} {'iteration (profile file)':>28s}"
+          f" {'iteration (replayed)':>28s} {'peak activations':>20s}")
     summary = {}
     span = lambda v: f"{statistics.median(v):.3f} [{min(v):.3f} .. {max(v):.3f}]"
     for name in dict.fromkeys(r["schedule"] for r in rows):
         rs = [r for r in rows if r["schedule"] == name]
         t = [r["measured_us"] / r["predicted_us"] for r in rs]
         f = [r["measured_us"] / r["file_predicted_us"] for r in rs]
+        rp = [r["measured_us"] / r["replayed_us"] for r in rs]
         peaks = [m / p for r in rs for m, p in zip(r["measured_peak_bytes"], r["predicted_peak_bytes"]) if p > 0]
         summary[name] = {"time_ratio_median": statistics.median(t), "time_ratios": t,
                          "file_time_ratio_median": statistics.median(f), "file_time_ratios": f,
+                         "replay_time_ratio_median": statistics.median(rp), "replay_time_ratios": rp,
                          "peak_ratio_min": min(peaks), "peak_ratio_max": max(peaks)}
-        print(f"{name:16s} {span(t):>28s} {span(f):>28s} {min(peaks):9.3f} .. {max(peaks):.3f}")
+        print(f"{name:16s} {span(t):>28s} {span(f):>28s} {span(rp):>28s} {min(peaks):9.3f} .. {max(peaks):.3f}")
     if a.out:
         json.dump({"rounds": a.rounds, "iterations": a.iterations, "summary": summary, "runs": rows}, open(a.out, "w"), indent=1)
 

@@ -222,7 +222,7 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
     if (!sim.ok()) return fail(Status::Invalid("re-profiled problem: " + sim.status.message), kTool);
     predicted = std::move(sim.timeline);
   }
-  RunComparison c = compare_run(p, predicted, reports);
+  RunComparison c = compare_run(p, fs.value.schedule, predicted, reports);
   std::printf("%s on %d ranks (c10d gloo, CPU, %d thread%s each): %d microbatches of %d × %d tokens, %d iterations\n",
               what.c_str(), p.num_devices, model.threads, model.threads == 1 ? "" : "s", p.num_microbatches,
               cfg.value.microbatch_size, cfg.value.model.seq_len, a.iterations);
@@ -231,6 +231,7 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
   std::printf("loss: %s\n", losses.c_str());
   std::vector<std::vector<std::string>> rows = {{"", "measured", "predicted", "measured/predicted"}};
   rows.push_back({"iteration time", ms(c.measured_us), ms(c.predicted_us), ratio(c.measured_us, c.predicted_us)});
+  rows.push_back({"  replayed on the measured op times", ms(c.measured_us), ms(c.replayed_us), ratio(c.measured_us, c.replayed_us)});
   for (int d = 0; d < p.num_devices; d++)
     rows.push_back({"device " + std::to_string(d) + " idle", ms(c.measured_idle_us[d]), ms(c.predicted_idle_us[d]),
                     ratio(c.measured_idle_us[d], c.predicted_idle_us[d])});
@@ -281,6 +282,7 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
               {"shown_iteration", c.shown_iteration},
               {"measured_us", c.measured_us},
               {"predicted_us", c.predicted_us},
+              {"replayed_us", c.replayed_us},
               {"reprofiled", a.reprofile},
               {"problem_file_predicted_us", file_predicted_us},
               {"measured_idle_us", c.measured_idle_us},

@@ -76,7 +76,40 @@ Result<RankReport> rank_report_from_json(const std::string& text) {
   }
 }
 
-RunComparison compare_run(const Problem& p, const Timeline& predicted,
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// `p` with each stage's F/B/W/R times replaced by the medians measured in `iteration`; a fused
+// BW is split in the problem's B : W proportion.
+Problem with_measured_times(const Problem& p, const std::vector<RankReport>& ranks, int iteration) {
+  const int S = p.num_stages();
+  std::vector<std::vector<std::vector<double>>> d(S, std::vector<std::vector<double>>(kNumOpKinds));
+  for (const RankReport& r : ranks)
+    for (const OpRecord& o : r.iterations[iteration].ops) d[o.op.stage][static_cast<int>(o.op.kind)].push_back(o.end_us - o.start_us);
+  Problem q = p;
+  for (int s = 0; s < S; s++) {
+    StageSpec& st = q.stages[s];
+    auto measured = [&](OpKind k) { return d[s][static_cast<int>(k)]; };
+    if (!measured(OpKind::kF).empty()) st.t_f_us = median(measured(OpKind::kF));
+    if (!measured(OpKind::kR).empty()) st.t_r_us = median(measured(OpKind::kR));
+    if (!measured(OpKind::kB).empty()) st.t_b_us = median(measured(OpKind::kB));
+    if (!measured(OpKind::kW).empty()) st.t_w_us = median(measured(OpKind::kW));
+    if (!measured(OpKind::kBW).empty() && measured(OpKind::kB).empty()) {
+      const double bw = median(measured(OpKind::kBW)), share = p.stages[s].t_b_us / (p.stages[s].t_b_us + p.stages[s].t_w_us);
+      st.t_b_us = bw * share;
+      st.t_w_us = bw - st.t_b_us;
+    }
+  }
+  return q;
+}
+
+}  // namespace
+
+RunComparison compare_run(const Problem& p, const Schedule& s, const Timeline& predicted,
                           const std::vector<RankReport>& ranks) {
   const int D = p.num_devices;
   OPTPIPE_CHECK(static_cast<int>(ranks.size()) == D, "one report per rank");
@@ -138,6 +171,8 @@ RunComparison compare_run(const Problem& p, const Timeline& predicted,
     c.predicted_peak_bytes.push_back(predicted.devices[d].peak_bytes - static_bytes);
   }
   t.idle_us = D * t.makespan_us - total_busy;
+  SimResult replay = simulate(with_measured_times(p, ranks, c.shown_iteration), s, {.op_times = false});
+  c.replayed_us = replay.ok() ? replay.timeline.makespan_us : 0;
   t.bubble_ratio = t.makespan_us > 0 ? 1 - total_busy / (D * t.makespan_us) : 0;
   return c;
 }

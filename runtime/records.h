@@ -55,11 +55,14 @@ struct RunComparison {
   std::vector<double> losses;
   int shown_iteration = 0;  // the median-time iteration after the first (the first warms up)
   double measured_us = 0, predicted_us = 0;
+  // The simulator on the op durations this run measured (per stage and kind, the median over the
+  // shown iteration): what is left once the machine's speed is taken out of the prediction.
+  double replayed_us = 0;
   std::vector<double> measured_idle_us, predicted_idle_us;  // per device, shown iteration
   std::vector<int64_t> measured_peak_bytes, predicted_peak_bytes;  // live activations, per device, max over iterations
   Timeline measured;  // the shown iteration, from its start; memory = static + live activations
 };
-RunComparison compare_run(const Problem& p, const Timeline& predicted,
+RunComparison compare_run(const Problem& p, const Schedule& s, const Timeline& predicted,
                           const std::vector<RankReport>& ranks);
 
 }  // namespace optpipe::runtime

@@ -89,7 +89,7 @@ python3 - "$tmp/train.json" "$tmp/trace.json" <<'PY' && echo "ok   training lowe
 import json, sys
 r, t = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert r["losses"][-1] < 0.8 * r["losses"][0], r["losses"]
-assert r["reprofiled"] and r["predicted_us"] > 0 and r["problem_file_predicted_us"] > 0
+assert r["reprofiled"] and r["predicted_us"] > 0 and r["problem_file_predicted_us"] > 0 and r["replayed_us"] > 0
 ops = [e for e in t["traceEvents"] if e["ph"] == "X"]
 assert len(ops) == 2 * 4 * 3, len(ops)  # 2 stages × 4 microbatches × F, B, W
 assert all(e["dur"] > 0 for e in ops)
