@@ -29,6 +29,7 @@ struct MilpOptions {
   double time_limit_s = 10;
   int threads = 1;
   double horizon_us = 0;  // big-M and time bound; 0: all work and hops in sequence
+  bool recompute = false;  // with memory: also decide which activations to recompute
 };
 
 struct MilpRow {
@@ -41,7 +42,8 @@ struct MilpModel {
   std::vector<double> col_lb, col_ub, objective;
   std::vector<char> col_integer;
   std::vector<MilpRow> rows;
-  std::vector<int> start_col;  // by op id: the start-time column of F/B/W ops, −1 otherwise
+  std::vector<int> start_col;  // by op id: the start-time column of F/B/W ops (B: of R+B), −1 otherwise
+  std::vector<int> recompute_col;  // by stage·M + microbatch: the recompute binary, −1 when none
   int makespan_col = -1;
   // For warm starts: each order binary says "a before b" when 1.
   struct Pair {
@@ -49,7 +51,13 @@ struct MilpModel {
     Op a, b;
   };
   std::vector<Pair> pairs;
-  size_t num_binaries() const { return pairs.size(); }
+  // w = (z or 1 − z) · r, linearised: for warm starts.
+  struct Product {
+    int col, z_col, r_col;
+    bool z_complemented;
+  };
+  std::vector<Product> products;
+  size_t num_binaries() const;
 };
 
 Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options);
@@ -64,7 +72,8 @@ struct MilpSolution {
   double wall_s = 0;
 };
 
-// warm_start: a schedule of p without offloads or recomputes (fused BW allowed), or nullptr.
+// warm_start: a schedule of p without offloads (fused BW allowed; each R just before its B, and
+// only when the model decides recomputes), or nullptr.
 MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions& options, const Schedule* warm_start);
 
 }  // namespace optpipe

@@ -51,31 +51,50 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
   Cbc_setParameter(model, "threads", std::to_string(options.threads).c_str());
 
   if (warm_start) {
-    // Times from simulating the warm start; orders from its per-device lists.
+    // Times from simulating the warm start; orders from its per-device lists. An R just before
+    // its B opens B's block.
     SimResult sim = simulate(p, *warm_start);
     if (sim.ok()) {
+      const int M = p.num_microbatches;
       std::vector<double> x(n, 0);
       std::vector<int> position(num_op_ids(p), -1);
       bool usable = true;
       for (const DeviceSchedule& ds : warm_start->devices) {
         usable = usable && ds.offloads.empty();
-        for (size_t k = 0; k < ds.compute.size(); k++) {
+        for (size_t k = 0; k < ds.compute.size() && usable; k++) {
           const Op& op = ds.compute[k];
-          if (op.kind == OpKind::kR) usable = false;
+          const double start = sim.timeline.start_us[op_id(p, op)];
+          if (op.kind == OpKind::kR) {
+            const int r = m.recompute_col[op.stage * M + op.microbatch];
+            const bool before_its_b = k + 1 < ds.compute.size() && ds.compute[k + 1].stage == op.stage &&
+                                      ds.compute[k + 1].microbatch == op.microbatch &&
+                                      (ds.compute[k + 1].kind == OpKind::kB || ds.compute[k + 1].kind == OpKind::kBW);
+            usable = r >= 0 && before_its_b;
+            if (!usable) break;
+            x[r] = 1;
+            const Op b{OpKind::kB, op.stage, op.microbatch};
+            x[m.start_col[op_id(p, b)]] = start;
+            position[op_id(p, b)] = static_cast<int>(2 * k);
+            continue;
+          }
+          const bool recomputed = k > 0 && ds.compute[k - 1].kind == OpKind::kR;
           if (op.kind == OpKind::kBW) {  // B then W, back to back
             const Op b{OpKind::kB, op.stage, op.microbatch}, w{OpKind::kW, op.stage, op.microbatch};
-            x[m.start_col[op_id(p, b)]] = sim.timeline.start_us[op_id(p, op)];
-            x[m.start_col[op_id(p, w)]] = sim.timeline.start_us[op_id(p, op)] + p.stages[op.stage].t_b_us;
-            position[op_id(p, b)] = static_cast<int>(2 * k);
+            if (!recomputed) {
+              x[m.start_col[op_id(p, b)]] = start;
+              position[op_id(p, b)] = static_cast<int>(2 * k);
+            }
+            x[m.start_col[op_id(p, w)]] = start + p.stages[op.stage].t_b_us;
             position[op_id(p, w)] = static_cast<int>(2 * k + 1);
-          } else if (m.start_col[op_id(p, op)] >= 0) {
-            x[m.start_col[op_id(p, op)]] = sim.timeline.start_us[op_id(p, op)];
+          } else if (m.start_col[op_id(p, op)] >= 0 && !(op.kind == OpKind::kB && recomputed)) {
+            x[m.start_col[op_id(p, op)]] = start;
             position[op_id(p, op)] = static_cast<int>(2 * k);
           }
         }
       }
       x[m.makespan_col] = sim.timeline.makespan_us;
       for (const MilpModel::Pair& pr : m.pairs) x[pr.col] = position[op_id(p, pr.a)] < position[op_id(p, pr.b)] ? 1 : 0;
+      for (const MilpModel::Product& pr : m.products) x[pr.col] = (pr.z_complemented ? 1 - x[pr.z_col] : x[pr.z_col]) * x[pr.r_col];
       if (usable) {
         std::vector<int> cols(n);
         for (int c = 0; c < n; c++) cols[c] = c;
@@ -95,10 +114,25 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
     out.objective_us = Cbc_getObjValue(model);
     out.proven_optimal = Cbc_isProvenOptimal(model);
     if (out.proven_optimal) out.bound_us = std::max(out.bound_us, out.objective_us * (1 - 1e-9));
+    // A recomputing B's block is R then B.
+    const int M = p.num_microbatches;
+    auto recomputes = [&](const Op& op) {
+      const int r = m.recompute_col[op.stage * M + op.microbatch];
+      return r >= 0 && x[r] > 0.5;
+    };
     std::vector<Op> ops;
-    for (int id = 0; id < num_op_ids(p); id++)
-      if (m.start_col[id] >= 0) ops.push_back(op_from_id(p, id));
-    out.schedule = schedule_by_start(p, ops, [&](const Op& op) { return x[m.start_col[op_id(p, op)]]; });
+    for (int id = 0; id < num_op_ids(p); id++) {
+      if (m.start_col[id] < 0) continue;
+      const Op op = op_from_id(p, id);
+      ops.push_back(op);
+      if (op.kind == OpKind::kB && recomputes(op)) ops.push_back({OpKind::kR, op.stage, op.microbatch});
+    }
+    out.schedule = schedule_by_start(p, ops, [&](const Op& op) {
+      const double block = x[m.start_col[op_id(p, {op.kind == OpKind::kR ? OpKind::kB : op.kind, op.stage, op.microbatch})]];
+      // B after its R; a zero-length R still comes first (ties closer than 1e-6 go by kind).
+      if (op.kind == OpKind::kB && recomputes(op)) return block + std::max(p.stages[op.stage].t_r_us, 1e-5);
+      return block;
+    });
   }
   Cbc_deleteModel(model);
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -6,6 +6,12 @@
 
 namespace optpipe {
 
+size_t MilpModel::num_binaries() const {
+  size_t n = pairs.size();
+  for (int c : recompute_col) n += c >= 0;
+  return n;
+}
+
 Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
   using R = Result<MilpModel>;
   Status st = check_problem(p);
@@ -17,10 +23,14 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
     return k == OpKind::kF ? g.t_f_us : k == OpKind::kB ? g.t_b_us : g.t_w_us;
   };
   auto hop = [&](int a, int b) { return p.device_of(a) == p.device_of(b) ? 0.0 : p.t_comm_us; };
+  // What a recompute of stage s frees between F and R.
+  auto dropped = [&](int s) { return p.stages[s].act_f_bytes - p.stages[s].act_input_bytes; };
+  const bool recompute = options.memory && options.recompute;
 
   double horizon = options.horizon_us;
   if (horizon <= 0) {
-    for (int s = 0; s < S; s++) horizon += M * (dur(OpKind::kF, s) + dur(OpKind::kB, s) + dur(OpKind::kW, s));
+    for (int s = 0; s < S; s++)
+      horizon += M * (dur(OpKind::kF, s) + dur(OpKind::kB, s) + dur(OpKind::kW, s) + (recompute ? p.stages[s].t_r_us : 0));
     horizon += 2.0 * S * M * p.t_comm_us;
   }
 
@@ -43,9 +53,27 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
         ops[p.device_of(s)].push_back(op);
       }
   m.makespan_col = add_col(0, horizon, 1, false);
+  m.recompute_col.assign(static_cast<size_t>(S) * M, -1);
+  for (int s = 0; s < S && recompute; s++)
+    for (int i = 0; i < M; i++)
+      if (dropped(s) > 0) m.recompute_col[s * M + i] = add_col(0, 1, 0, true);
   auto col = [&](const Op& op) { return m.start_col[op_id(p, op)]; };
-  // start(b) − start(a) ≥ gap
-  auto after = [&](const Op& a, const Op& b, double gap) { m.rows.push_back({{col(b), col(a)}, {1, -1}, gap, inf}); };
+  auto rcol = [&](const Op& op) {
+    return op.kind == OpKind::kF || op.kind == OpKind::kB ? m.recompute_col[op.stage * M + op.microbatch] : -1;
+  };
+  // A B op's block is R + B: its end moves by t_R when it recomputes.
+  auto extend_block = [&](MilpRow& row, const Op& a) {
+    if (a.kind == OpKind::kB && rcol(a) >= 0) {
+      row.cols.push_back(rcol(a));
+      row.coefs.push_back(-p.stages[a.stage].t_r_us);
+    }
+  };
+  // start(b) − start(a) ≥ gap, where gap counts from a's start to its end (+ a hop)
+  auto after = [&](const Op& a, const Op& b, double gap) {
+    MilpRow row{{col(b), col(a)}, {1, -1}, gap, inf};
+    extend_block(row, a);
+    m.rows.push_back(std::move(row));
+  };
 
   for (int s = 0; s < S; s++) {
     for (int i = 0; i < M; i++) {
@@ -98,43 +126,89 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
         pair_col[x][y] = z;
         m.pairs.push_back({z, a, b});
         // start(b) ≥ end(a) − H(1 − z);  start(a) ≥ end(b) − H·z
-        m.rows.push_back({{col(b), col(a), z}, {1, -1, -horizon}, dur(a.kind, a.stage) - horizon, inf});
-        m.rows.push_back({{col(a), col(b), z}, {1, -1, horizon}, dur(b.kind, b.stage), inf});
+        MilpRow ab{{col(b), col(a), z}, {1, -1, -horizon}, dur(a.kind, a.stage) - horizon, inf};
+        MilpRow ba{{col(a), col(b), z}, {1, -1, horizon}, dur(b.kind, b.stage), inf};
+        extend_block(ab, a);
+        extend_block(ba, b);
+        m.rows.push_back(std::move(ab));
+        m.rows.push_back(std::move(ba));
       }
 
     if (!options.memory) continue;
-    // At every allocation (each F, and any op with workspace), everything ordered before it has
+    // Memory at every allocation: each F's start, each recompute's start (the start of its R+B
+    // block, when it recomputes), and each op with workspace. Everything ordered before it has
     // applied its deltas; the sum stays within the budget. Rows in MiB keep the coefficients
     // near the others' magnitude.
     const DeviceSpec& dev = p.devices[d];
-    for (int y = 0; y < n; y++) {
+    constexpr double kMiB = 1 << 20;
+    double big = static_cast<double>(dev.static_bytes);  // exceeds any sum of this device's deltas
+    for (const Op& o : list) {
+      const StageSpec& h = p.stages[o.stage];
+      big += std::abs(static_cast<double>(o.kind == OpKind::kF ? h.act_f_bytes : o.kind == OpKind::kB ? h.act_b_bytes : h.act_w_bytes)) +
+             std::max({h.ws_f_bytes, h.ws_b_bytes, h.ws_w_bytes, dropped(o.stage)});
+    }
+    // The row for an allocation of `bytes` just as `list[y]` starts; with `when_recomputing`, only
+    // binding when list[y] (a B) recomputes.
+    auto add_memory_row = [&](int y, double bytes, bool when_recomputing) -> Status {
       const Op& op = list[y];
-      const StageSpec& g = p.stages[op.stage];
-      const int64_t ws = op.kind == OpKind::kF ? g.ws_f_bytes : op.kind == OpKind::kB ? g.ws_b_bytes : g.ws_w_bytes;
-      if (op.kind != OpKind::kF && ws == 0) continue;
-      double fixed = static_cast<double>(dev.static_bytes + ws + (op.kind == OpKind::kF ? g.act_f_bytes : 0));
+      double fixed = static_cast<double>(dev.static_bytes) + bytes;
       MilpRow row;
+      auto term = [&](int c, double coef) {
+        row.cols.push_back(c);
+        row.coefs.push_back(coef / kMiB);
+      };
       for (int x = 0; x < n; x++) {
         if (x == y) continue;
         const Op& o = list[x];
         const StageSpec& h = p.stages[o.stage];
         const double delta = o.kind == OpKind::kF ? h.act_f_bytes : o.kind == OpKind::kB ? h.act_b_bytes : h.act_w_bytes;
-        if (delta == 0) continue;
+        // A recompute moves dropped(s) from F's end to R's start, the start of B's block.
+        const int r = rcol(o);
+        const double moved = r < 0 ? 0 : (o.kind == OpKind::kF ? -1.0 : 1.0) * static_cast<double>(dropped(o.stage));
         if (before[x][y]) {
           fixed += delta;
+          if (r >= 0) term(r, moved);
         } else if (!before[y][x]) {
-          const int z = x < y ? pair_col[x][y] : pair_col[y][x];
-          row.cols.push_back(z);
-          row.coefs.push_back(x < y ? delta : -delta);  // z = "x before y" or its complement
-          if (x > y) fixed += delta;
+          const bool complemented = x > y;  // z says "y before x" then
+          const int z = complemented ? pair_col[y][x] : pair_col[x][y];
+          if (delta != 0) {
+            term(z, complemented ? -delta : delta);
+            if (complemented) fixed += delta;
+          }
+          if (r < 0) continue;
+          // w = [x before y] · r, bounded from the side the row would push it.
+          const int w = add_col(0, 1, 0, false);
+          m.products.push_back({w, z, r, complemented});
+          const double sz = complemented ? -1 : 1, z0 = complemented ? 1 : 0;  // [x before y] = z0 + sz·z
+          if (moved < 0) {
+            m.rows.push_back({{w, z}, {1, -sz}, -inf, z0});  // w ≤ [x before y]
+            m.rows.push_back({{w, r}, {1, -1}, -inf, 0});    // w ≤ r
+          } else {
+            m.rows.push_back({{w, z, r}, {1, -sz, -1}, z0 - 1, inf});  // w ≥ [x before y] + r − 1
+          }
+          term(w, moved);
         }
       }
-      constexpr double kMiB = 1 << 20;
-      for (double& c : row.coefs) c /= kMiB;
+      double ub = static_cast<double>(dev.mem_budget_bytes) - fixed;
+      if (when_recomputing) {
+        term(rcol(op), big);
+        ub += big;
+      }
       row.lb = -inf;
-      row.ub = (static_cast<double>(dev.mem_budget_bytes) - fixed) / kMiB;
+      row.ub = ub / kMiB;
       if (!row.cols.empty()) m.rows.push_back(std::move(row));
-      else if (row.ub < 0) return R::Error(Status::Infeasible("device " + std::to_string(d) + " cannot fit " + op_name(op) + " in any order"));
+      else if (row.ub < 0) return Status::Infeasible("device " + std::to_string(d) + " cannot fit " + op_name(op) + " in any order");
+      return Status::Ok();
+    };
+    for (int y = 0; y < n; y++) {
+      const Op& op = list[y];
+      const StageSpec& g = p.stages[op.stage];
+      const int64_t ws = op.kind == OpKind::kF ? g.ws_f_bytes : op.kind == OpKind::kB ? g.ws_b_bytes : g.ws_w_bytes;
+      Status st = Status::Ok();
+      if (op.kind == OpKind::kF || ws != 0) st = add_memory_row(y, static_cast<double>(ws + (op.kind == OpKind::kF ? g.act_f_bytes : 0)), false);
+      if (st.ok() && rcol(op) >= 0 && op.kind == OpKind::kB)
+        st = add_memory_row(y, static_cast<double>(dropped(op.stage) + g.ws_f_bytes), true);
+      if (!st.ok()) return R::Error(st);
     }
   }
   return R::Of(std::move(m));
