@@ -150,10 +150,12 @@ int cmd_compare(const std::string& problem_path, bool as_json) {
     }
     const Timeline& t = o.timeline;
     num_fit += o.fits;
+    // One unit for the row: GiB, or MiB when every device stays under 1 GiB.
+    const bool gib = max_peak(t) >= (1ll << 30);
     std::string per_device;
     for (const DeviceFigures& d : t.devices) {
       char buf[32];
-      std::snprintf(buf, sizeof buf, "%s%.1f", per_device.empty() ? "" : " ", d.peak_bytes / double(1ll << 30));
+      std::snprintf(buf, sizeof buf, "%s%.1f", per_device.empty() ? "" : " ", d.peak_bytes / double(gib ? 1ll << 30 : 1 << 20));
       per_device += buf;
     }
     char bubble[32];
@@ -161,7 +163,7 @@ int cmd_compare(const std::string& problem_path, bool as_json) {
     // The fastest any schedule of this placement that fits the budget could be.
     const double bound = makespan_lower_bound(o.built.problem);
     rows.push_back({f.name, placement_label(f), format_us(t.makespan_us), format_us(bound), bubble,
-                    format_bytes(max_peak(t)), o.fits ? "yes" : "no", per_device + " GiB"});
+                    format_bytes(max_peak(t)), o.fits ? "yes" : "no", per_device + (gib ? " GiB" : " MiB")});
     json j = timeline_json(o.built.problem, t);
     j["lower_bound_us"] = bound;
     j["family"] = f.name;

@@ -5,11 +5,9 @@
 
 #include <malloc.h>
 
-#include <limits>
-
 #include <chrono>
 #include <condition_variable>
-#include <ctime>
+#include <limits>
 #include <mutex>
 #include <thread>
 
