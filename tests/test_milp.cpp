@@ -164,6 +164,38 @@ TEST(Cp, RespectsTheMemoryBudgetLikeTheMilp) {
   }
 }
 
+// Recompute as optional intervals: R anywhere between its F and its B. Under a budget too small
+// to keep two activations the CP model finds what the MILP's R-just-before-B blocks find, or
+// better, proves it, and the schedule fits; a roomy budget changes nothing.
+TEST(Cp, RecomputeIntervals) {
+  std::mt19937 rng(11);
+  int helped = 0;
+  for (int trial = 0; trial < 3; trial++) {
+    Problem p = tiny_problem(rng, 3);
+    for (StageSpec& st : p.stages) st.t_r_us = std::floor(st.t_f_us / 4);
+    CpSolution roomy = solve_cp(p, {.memory = true, .time_limit_s = 60, .recompute = true});
+    ASSERT_TRUE(roomy.status.ok()) << roomy.status.message;
+    EXPECT_NEAR(roomy.objective_us, brute_force_makespan(p, true), 1e-4) << "trial " << trial;
+
+    for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 3 * p.stages[0].act_f_bytes / 2;
+    CpSolution kept = solve_cp(p, {.memory = true, .time_limit_s = 60});
+    ASSERT_TRUE(kept.status.ok()) << kept.status.message;
+    CpSolution s = solve_cp(p, {.memory = true, .time_limit_s = 10, .recompute = true});
+    ASSERT_TRUE(s.status.ok()) << s.status.message;
+    EXPECT_TRUE(s.proven_optimal) << "trial " << trial;
+    Validation v = validate(p, s.schedule);  // the budget included
+    ASSERT_TRUE(v.ok()) << v.summary();
+    EXPECT_LE(s.objective_us, kept.objective_us + 1e-4);
+    Result<MilpModel> m = build_milp(p, {.memory = true, .recompute = true});
+    ASSERT_TRUE(m.ok());
+    MilpSolution milp = solve_milp(p, m.value, {.memory = true, .time_limit_s = 60, .recompute = true}, nullptr);
+    ASSERT_TRUE(milp.status.ok());
+    EXPECT_LE(s.objective_us, milp.objective_us + 1e-4) << "trial " << trial;
+    if (s.objective_us < kept.objective_us - 1e-4) helped++;
+  }
+  EXPECT_GT(helped, 0);
+}
+
 TEST(Cp, NothingFitsIsInfeasible) {
   std::mt19937 rng(9);
   Problem p = tiny_problem(rng, 2);

@@ -6,7 +6,9 @@
 // over start times. Durations are rounded down to the grid and memory heights up to whole MiB,
 // so with `memory = false` the proven optimum is a lower bound for every schedule of the
 // placement (offloads and recomputes included), and with `memory = true` every solution truly
-// fits. Like the MILP: kept activations, B and W separate, first in first out per stage.
+// fits. With `recompute` (and memory), an optional R per stage-microbatch on the device's unary
+// resource, anywhere between its F and its B, and the lifetimes split around it. Like the MILP:
+// no offloads, B and W separate, first in first out per stage.
 //
 //   CpSolution s = solve_cp(problem, {.memory = false, .time_limit_s = 5});
 //   if (s.proven_optimal) bound = s.bound_us;
@@ -23,7 +25,8 @@ namespace optpipe {
 struct CpOptions {
   bool memory = true;
   double time_limit_s = 10;
-  double unit_us = 0;  // grid; 0: 1 µs, coarser for long horizons (at most 1e8 steps)
+  double unit_us = 0;      // grid; 0: 1 µs, coarser for long horizons (at most 1e8 steps)
+  bool recompute = false;  // with memory: also decide which activations to recompute
 };
 
 struct CpSolution {

@@ -24,6 +24,7 @@ struct Grid {
   std::vector<Op> ops;                  // every F, B, W
   std::vector<int> index;               // op id → position in ops, −1 otherwise
   std::vector<int> dur;                 // per op, in grid steps (rounded down)
+  std::vector<int> r_dur;               // per stage: R, in grid steps (rounded down)
   int horizon = 0;
   double unit_us = 1;
 };
@@ -32,10 +33,15 @@ class PipeSpace : public IntMinimizeSpace {
  public:
   IntVarArray start;
   IntVar makespan;
+  // With recompute, per stage·M + microbatch: whether F(s,i) is recomputed, and R's start (F's
+  // end when it is not, so that every lifetime below has a length ≥ 0).
+  BoolVarArray recompute;
+  IntVarArray r_start;
 
-  PipeSpace(const Problem& p, const Grid& g, bool memory) : start(*this, static_cast<int>(g.ops.size()), 0, g.horizon),
-                                                             makespan(*this, 0, g.horizon) {
+  PipeSpace(const Problem& p, const Grid& g, bool memory, bool with_recompute)
+      : start(*this, static_cast<int>(g.ops.size()), 0, g.horizon), makespan(*this, 0, g.horizon) {
     const int S = p.num_stages(), M = p.num_microbatches;
+    const bool rc = memory && with_recompute;
     auto var = [&](OpKind k, int s, int i) { return start[g.index[op_id(p, Op{k, s, i})]]; };
     auto d = [&](OpKind k, int s, int i) { return g.dur[g.index[op_id(p, Op{k, s, i})]]; };
     const int hop = static_cast<int>(std::floor(p.t_comm_us / g.unit_us));
@@ -51,60 +57,102 @@ class PipeSpace : public IntMinimizeSpace {
         if (i + 1 < M)
           for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW}) rel(*this, var(k, s, i + 1) >= var(k, s, i) + d(k, s, i));
       }
+    if (rc) {
+      recompute = BoolVarArray(*this, S * M, 0, 1);
+      r_start = IntVarArray(*this, S * M, 0, g.horizon);
+      for (int s = 0; s < S; s++)
+        for (int i = 0; i < M; i++) {
+          const BoolVar r = recompute[s * M + i];
+          const IntVar R = r_start[s * M + i], F = var(OpKind::kF, s, i), B = var(OpKind::kB, s, i);
+          if (p.stages[s].act_f_bytes <= p.stages[s].act_input_bytes) rel(*this, r, IRT_EQ, 0);  // nothing to drop
+          rel(*this, R >= F + d(OpKind::kF, s, i));
+          rel(*this, r >> (B >= R + g.r_dur[s]));
+          rel(*this, (!r) >> (R == F + d(OpKind::kF, s, i)));
+        }
+    }
+    const BoolVar always(*this, 1, 1);
     for (int dev = 0; dev < p.num_devices; dev++) {
       IntVarArgs starts;
       IntArgs durs;
+      BoolVarArgs present;
       for (size_t k = 0; k < g.ops.size(); k++)
         if (p.device_of(g.ops[k].stage) == dev) {
           starts << start[static_cast<int>(k)];
           durs << g.dur[k];
+          present << always;
         }
-      unary(*this, starts, durs);
+      for (int s = 0; s < S && rc; s++)
+        for (int i = 0; i < M && p.device_of(s) == dev; i++) {
+          starts << r_start[s * M + i];
+          durs << g.r_dur[s];
+          present << recompute[s * M + i];
+        }
+      unary(*this, starts, durs, present);
       if (!memory) continue;
-      // What B frees lives from F's start to B's end; what W frees, to W's end. Heights in MiB,
-      // rounded up; the capacity rounded down. A task taller than the capacity never fits
-      // (Gecode would refuse to post it).
+      // Memory as lifetimes on a cumulative resource. Kept: what B frees lives from F's start to
+      // B's end, what W frees to W's end. Recomputed: all of F's bytes while F runs, the input
+      // until R starts, all again from R's start to B's end, then what W frees. Heights in MiB,
+      // rounded up; the capacity rounded down. A mandatory task taller than the capacity never
+      // fits (Gecode would refuse to post it); an optional one is switched off.
       constexpr double kMiB = 1 << 20;
       const double room = static_cast<double>(p.devices[dev].mem_budget_bytes - p.devices[dev].static_bytes) / kMiB;
       const int capacity = room < 0 ? -1 : static_cast<int>(std::floor(std::min(room, 1e9)));
       IntVarArgs ts, tp, te;
       IntArgs height;
+      BoolVarArgs live;
       bool too_tall = capacity < 0;
-      auto task = [&](IntVar from, IntVar to_start, int to_dur, int64_t bytes) {
+      auto task = [&](IntVar from, IntVar to, int64_t bytes, BoolVar when) {
         if (bytes <= 0) return;
         const double h = std::ceil(bytes / kMiB);
         if (h > capacity) {
-          too_tall = true;
+          if (when.assigned() && when.val() == 1) too_tall = true;
+          else rel(*this, when, IRT_EQ, 0);
           return;
         }
-        IntVar e = expr(*this, to_start + to_dur);
-        IntVar len = expr(*this, e - from);
         ts << from;
-        tp << len;
-        te << e;
+        tp << expr(*this, to - from);
+        te << to;
         height << static_cast<int>(h);
+        live << when;
       };
       for (int s = 0; s < S; s++) {
         if (p.device_of(s) != dev) continue;
         const StageSpec& st = p.stages[s];
         for (int i = 0; i < M; i++) {
-          task(var(OpKind::kF, s, i), var(OpKind::kB, s, i), d(OpKind::kB, s, i), -st.act_b_bytes);
-          task(var(OpKind::kF, s, i), var(OpKind::kW, s, i), d(OpKind::kW, s, i), -st.act_w_bytes);
+          const IntVar F = var(OpKind::kF, s, i);
+          const IntVar B_end = expr(*this, var(OpKind::kB, s, i) + d(OpKind::kB, s, i));
+          const IntVar W_end = expr(*this, var(OpKind::kW, s, i) + d(OpKind::kW, s, i));
+          const BoolVar kept = rc ? expr(*this, !recompute[s * M + i]) : always;
+          task(F, B_end, -st.act_b_bytes, kept);
+          task(F, W_end, -st.act_w_bytes, kept);
+          if (!rc) continue;
+          const BoolVar r = recompute[s * M + i];
+          const IntVar F_end = expr(*this, F + d(OpKind::kF, s, i)), R = r_start[s * M + i];
+          task(F, F_end, st.act_f_bytes, r);
+          task(F_end, R, st.act_input_bytes, r);
+          task(R, B_end, st.act_f_bytes, r);
+          task(B_end, W_end, -st.act_w_bytes, r);
         }
       }
       if (too_tall) {
         fail();
         return;
       }
-      if (ts.size() > 0) cumulative(*this, capacity, ts, tp, te, height);
+      if (ts.size() > 0) cumulative(*this, capacity, ts, tp, te, height, live);
     }
-    branch(*this, start, INT_VAR_MIN_MIN(), INT_VAL_MIN());
+    if (rc) branch(*this, recompute, BOOL_VAR_NONE(), BOOL_VAL_MAX());  // recomputing first: the search reaches pipelined orders sooner
+    IntVarArgs times;
+    times << start;
+    if (rc) times << r_start;
+    branch(*this, times, INT_VAR_MIN_MIN(), INT_VAL_MIN());
     branch(*this, makespan, INT_VAL_MIN());  // fixed last, at the latest end
   }
 
   PipeSpace(PipeSpace& other) : IntMinimizeSpace(other) {
     start.update(*this, other.start);
     makespan.update(*this, other.makespan);
+    recompute.update(*this, other.recompute);
+    r_start.update(*this, other.r_start);
   }
   Space* copy() override { return new PipeSpace(*this); }
   IntVar cost() const override { return makespan; }
@@ -117,7 +165,7 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
   if (!out.status.ok()) return out;
   const int S = p.num_stages(), M = p.num_microbatches;
   double total_us = 2.0 * S * M * p.t_comm_us;
-  for (const StageSpec& st : p.stages) total_us += M * (st.t_f_us + st.t_b_us + st.t_w_us);
+  for (const StageSpec& st : p.stages) total_us += M * (st.t_f_us + st.t_b_us + st.t_w_us + (options.recompute ? st.t_r_us : 0));
   Grid g;
   // The grid: the coarsest 2^-k µs on which every duration and hop is exact (re-cut stages have
   // halves), within 1e8 steps; else as fine as 1e8 steps allow, durations rounded down.
@@ -127,7 +175,8 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
       auto whole = [&](double us) { return std::fabs(us / unit - std::round(us / unit)) < 1e-6; };
       if (!whole(p.t_comm_us)) return false;
       for (const StageSpec& st : p.stages)
-        if (!whole(st.t_f_us) || !whole(st.t_b_us) || !whole(st.t_w_us)) return false;
+        if (!whole(st.t_f_us) || !whole(st.t_b_us) || !whole(st.t_w_us) || (options.recompute && !whole(st.t_r_us)))
+          return false;
       return true;
     };
     for (double unit = 1; total_us / unit <= 1e8 && unit >= 1.0 / 1024; unit /= 2)
@@ -148,8 +197,9 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
         const double us = k == OpKind::kF ? st.t_f_us : k == OpKind::kB ? st.t_b_us : st.t_w_us;
         g.dur.push_back(static_cast<int>(std::floor(us / g.unit_us)));
       }
+  for (const StageSpec& st : p.stages) g.r_dur.push_back(static_cast<int>(std::floor(st.t_r_us / g.unit_us)));
 
-  auto root = std::make_unique<PipeSpace>(p, g, options.memory);
+  auto root = std::make_unique<PipeSpace>(p, g, options.memory, options.recompute);
   if (root->status() == SS_FAILED) {
     out.status = Status::Infeasible("the CP model has no solution: nothing fits the budget");
     return out;
@@ -168,7 +218,12 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
                                     : Status::Invalid("the CP search found no solution within its time limit");
   } else {
     if (out.proven_optimal) out.bound_us = best->makespan.val() * g.unit_us;
-    out.schedule = schedule_by_start(p, g.ops, [&](const Op& op) { return best->start[g.index[op_id(p, op)]].val(); });
+    std::vector<Op> ops = g.ops;
+    for (int k = 0; k < best->recompute.size(); k++)
+      if (best->recompute[k].val()) ops.push_back({OpKind::kR, k / M, k % M});
+    out.schedule = schedule_by_start(p, ops, [&](const Op& op) {
+      return op.kind == OpKind::kR ? best->r_start[op.stage * M + op.microbatch].val() : best->start[g.index[op_id(p, op)]].val();
+    });
     SimResult sim = simulate(p, out.schedule, {.op_times = false});
     if (sim.ok()) out.objective_us = sim.timeline.makespan_us;
     else out.status = Status::Invalid("the CP solution does not simulate: " + sim.status.message);

@@ -129,9 +129,7 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
     }
     out.schedule = schedule_by_start(p, ops, [&](const Op& op) {
       const double block = x[m.start_col[op_id(p, {op.kind == OpKind::kR ? OpKind::kB : op.kind, op.stage, op.microbatch})]];
-      // B after its R; a zero-length R still comes first (ties closer than 1e-6 go by kind).
-      if (op.kind == OpKind::kB && recomputes(op)) return block + std::max(p.stages[op.stage].t_r_us, 1e-5);
-      return block;
+      return op.kind == OpKind::kB && recomputes(op) ? block + p.stages[op.stage].t_r_us : block;
     });
   }
   Cbc_deleteModel(model);
