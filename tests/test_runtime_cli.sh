@@ -131,5 +131,8 @@ rc=$?
 out=$("$bin" run --problem "$tmp/problem.json" --family 1f1b --model llama2-7b 2>&1)
 [ $? -eq 1 ] && grep -q "GPT blocks" <<<"$out" && echo "ok   non-GPT model refused" || { fail "llama refused"; echo "$out" | head -5; }
 
+out=$("$bin" run --family 1f1b 2>&1)
+[ $? -eq 2 ] && grep -q "needs --problem" <<<"$out" && echo "ok   run without a problem is a usage error" || { fail "run without --problem"; echo "$out" | head -3; }
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
