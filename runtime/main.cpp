@@ -168,6 +168,49 @@ int rank_main(const RankEnv& env, const FamilySchedule& fs, const GptConfig& cfg
   std::_Exit(kExitOk);
 }
 
+// The simulator's timeline for `s` on the problem the ranks re-profiled (budgets and host
+// links kept from `p`).
+Result<Timeline> reprofiled_prediction(const Problem& p, const Schedule& s, const std::vector<RankReport>& reports,
+                                       int repetitions) {
+  using R = Result<Timeline>;
+  std::vector<Problem> shares;
+  for (const RankReport& r : reports) {
+    Result<Problem> share = problem_from_json(r.profile_json);
+    if (!share.ok()) return R::Error(Status::Invalid("a rank's profile: " + share.status.message));
+    shares.push_back(std::move(share.value));
+  }
+  Result<Problem> fresh = merge_profiles(profile_spec_of(p, repetitions), shares);
+  if (!fresh.ok()) return R::Error(fresh.status);
+  for (int d = 0; d < p.num_devices; d++)
+    fresh.value.devices[d] = {fresh.value.devices[d].static_bytes, p.devices[d].mem_budget_bytes, p.devices[d].host_link};
+  SimResult sim = simulate(fresh.value, s, {.op_times = true, .memory_curve = true});
+  if (!sim.ok()) return R::Error(Status::Invalid("re-profiled problem: " + sim.status.message));
+  return R::Of(std::move(sim.timeline));
+}
+
+// Every rank's comparison with the unpipelined reference, printed as one line and returned as
+// JSON with "ok": loss and every gradient within 1e-5 relative.
+json check_summary(const std::vector<RankReport>& reports) {
+  double worst = 0, loss_err = 0;
+  std::string worst_param;
+  int checked = 0;
+  for (const RankReport& r : reports) {
+    checked += r.check.num_params_checked;
+    if (r.check.max_grad_rel_error >= worst) {
+      worst = r.check.max_grad_rel_error;
+      worst_param = r.check.worst_param;
+    }
+    loss_err = std::max(loss_err, std::abs(r.check.loss - r.check.reference_loss) / std::abs(r.check.reference_loss));
+  }
+  const bool ok = worst <= 1e-5 && loss_err <= 1e-5 && checked > 0;
+  std::printf("check against one process with autograd: loss %.8f vs %.8f (rel. error %.2e), gradients of %d tensors "
+              "within %.2e relative (worst %s): %s\n",
+              reports[0].check.loss, reports[0].check.reference_loss, loss_err, checked, worst, worst_param.c_str(),
+              ok ? "OK" : "FAILED (limit 1e-5)");
+  return {{"ok", ok}, {"loss_rel_error", loss_err}, {"max_grad_rel_error", worst}, {"worst_param", worst_param},
+          {"num_tensors", checked}};
+}
+
 int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::string>& argv) {
   if (a.problem_path.empty())
     return fail(Status{StatusCode::kUsage, "run needs --problem (the one `optpipe profile` wrote for this model)"}, kTool);
@@ -207,20 +250,11 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
 
   // With --reprofile the prediction comes from what the ranks measured just before running.
   Timeline predicted = v.sim.timeline;
-  double file_predicted_us = predicted.makespan_us;
+  const double file_predicted_us = predicted.makespan_us;
   if (a.reprofile) {
-    std::vector<Problem> shares;
-    for (const RankReport& r : reports) {
-      Result<Problem> share = problem_from_json(r.profile_json);
-      if (!share.ok()) return fail(Status::Invalid("a rank's profile: " + share.status.message), kTool);
-      shares.push_back(std::move(share.value));
-    }
-    Result<Problem> fresh = merge_profiles(profile_spec_of(p, a.reprofile_repetitions), shares);
+    Result<Timeline> fresh = reprofiled_prediction(p, fs.value.schedule, reports, a.reprofile_repetitions);
     if (!fresh.ok()) return fail(fresh.status, kTool);
-    for (int d = 0; d < p.num_devices; d++) fresh.value.devices[d] = {fresh.value.devices[d].static_bytes, p.devices[d].mem_budget_bytes, p.devices[d].host_link};
-    SimResult sim = simulate(fresh.value, fs.value.schedule, {.op_times = true, .memory_curve = true});
-    if (!sim.ok()) return fail(Status::Invalid("re-profiled problem: " + sim.status.message), kTool);
-    predicted = std::move(sim.timeline);
+    predicted = std::move(fresh.value);
   }
   RunComparison c = compare_run(p, fs.value.schedule, predicted, reports);
   std::printf("%s on %d ranks (c10d gloo, CPU, %d thread%s each): %d microbatches of %d × %d tokens, %d iterations\n",
@@ -249,25 +283,8 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
   int rc = kExitOk;
   json check_json;
   if (a.check) {
-    double worst = 0, loss_err = 0;
-    std::string worst_param;
-    int checked = 0;
-    for (const RankReport& r : reports) {
-      checked += r.check.num_params_checked;
-      if (r.check.max_grad_rel_error >= worst) {
-        worst = r.check.max_grad_rel_error;
-        worst_param = r.check.worst_param;
-      }
-      loss_err = std::max(loss_err, std::abs(r.check.loss - r.check.reference_loss) / std::abs(r.check.reference_loss));
-    }
-    const bool ok = worst <= 1e-5 && loss_err <= 1e-5 && checked > 0;
-    std::printf("check against one process with autograd: loss %.8f vs %.8f (rel. error %.2e), gradients of %d tensors "
-                "within %.2e relative (worst %s): %s\n",
-                reports[0].check.loss, reports[0].check.reference_loss, loss_err, checked, worst, worst_param.c_str(),
-                ok ? "OK" : "FAILED (limit 1e-5)");
-    check_json = {{"ok", ok}, {"loss_rel_error", loss_err}, {"max_grad_rel_error", worst}, {"worst_param", worst_param},
-                  {"num_tensors", checked}};
-    if (!ok) rc = kExitBadInput;
+    check_json = check_summary(reports);
+    if (!check_json["ok"].get<bool>()) rc = kExitBadInput;
   }
   if (!a.trace_path.empty()) {
     Status st = write_text_file(a.trace_path, chrome_trace_json(p, fs.value.schedule, c.measured));
