@@ -190,7 +190,7 @@ Result<Timeline> reprofiled_prediction(const Problem& p, const Schedule& s, cons
 
 // Every rank's comparison with the unpipelined reference, printed as one line and returned as
 // JSON with "ok": loss and every gradient within 1e-5 relative.
-json check_summary(const std::vector<RankReport>& reports) {
+json check_summary(const std::vector<RankReport>& reports, FILE* out) {
   double worst = 0, loss_err = 0;
   std::string worst_param;
   int checked = 0;
@@ -203,7 +203,7 @@ json check_summary(const std::vector<RankReport>& reports) {
     loss_err = std::max(loss_err, std::abs(r.check.loss - r.check.reference_loss) / std::abs(r.check.reference_loss));
   }
   const bool ok = worst <= 1e-5 && loss_err <= 1e-5 && checked > 0;
-  std::printf("check against one process with autograd: loss %.8f vs %.8f (rel. error %.2e), gradients of %d tensors "
+  std::fprintf(out, "check against one process with autograd: loss %.8f vs %.8f (rel. error %.2e), gradients of %d tensors "
               "within %.2e relative (worst %s): %s\n",
               reports[0].check.loss, reports[0].check.reference_loss, loss_err, checked, worst, worst_param.c_str(),
               ok ? "OK" : "FAILED (limit 1e-5)");
@@ -256,13 +256,15 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
     if (!fresh.ok()) return fail(fresh.status, kTool);
     predicted = std::move(fresh.value);
   }
+  // The table goes to stderr when the JSON takes stdout.
+  FILE* out = a.json_path == "-" ? stderr : stdout;
   RunComparison c = compare_run(p, fs.value.schedule, predicted, reports);
-  std::printf("%s on %d ranks (c10d gloo, CPU, %d thread%s each): %d microbatches of %d × %d tokens, %d iterations\n",
+  std::fprintf(out, "%s on %d ranks (c10d gloo, CPU, %d thread%s each): %d microbatches of %d × %d tokens, %d iterations\n",
               what.c_str(), p.num_devices, model.threads, model.threads == 1 ? "" : "s", p.num_microbatches,
               cfg.value.microbatch_size, cfg.value.model.seq_len, a.iterations);
   std::string losses;
   for (double l : c.losses) losses += (losses.empty() ? "" : " → ") + fmt::format("{:.4f}", l);
-  std::printf("loss: %s\n", losses.c_str());
+  std::fprintf(out, "loss: %s\n", losses.c_str());
   std::vector<std::vector<std::string>> rows = {{"", "measured", "predicted", "measured/predicted"}};
   rows.push_back({"iteration time", ms(c.measured_us), ms(c.predicted_us), ratio(c.measured_us, c.predicted_us)});
   rows.push_back({"  replayed on the measured op times", ms(c.measured_us), ms(c.replayed_us), ratio(c.measured_us, c.replayed_us)});
@@ -273,17 +275,17 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
     rows.push_back({"device " + std::to_string(d) + " peak activations", mib(c.measured_peak_bytes[d]),
                     mib(c.predicted_peak_bytes[d]),
                     ratio(static_cast<double>(c.measured_peak_bytes[d]), static_cast<double>(c.predicted_peak_bytes[d]))});
-  std::fputs(aligned_table(rows).c_str(), stdout);
-  std::printf("(iteration %d of %d shown: the median after the first; peaks are the max over all iterations)\n",
+  std::fputs(aligned_table(rows).c_str(), out);
+  std::fprintf(out, "(iteration %d of %d shown: the median after the first; peaks are the max over all iterations)\n",
               c.shown_iteration + 1, a.iterations);
   if (a.reprofile)
-    std::printf("predicted from the ranks' profile taken just before the run; from %s: %s (measured/predicted %s)\n",
+    std::fprintf(out, "predicted from the ranks' profile taken just before the run; from %s: %s (measured/predicted %s)\n",
                 a.problem_path.c_str(), ms(file_predicted_us).c_str(), ratio(c.measured_us, file_predicted_us).c_str());
 
   int rc = kExitOk;
   json check_json;
   if (a.check) {
-    check_json = check_summary(reports);
+    check_json = check_summary(reports, out);
     if (!check_json["ok"].get<bool>()) rc = kExitBadInput;
   }
   if (!a.trace_path.empty()) {
