@@ -131,6 +131,19 @@ rc=$?
 out=$("$bin" run --problem "$tmp/problem.json" --family 1f1b --model llama2-7b 2>&1)
 [ $? -eq 1 ] && grep -q "GPT blocks" <<<"$out" && echo "ok   non-GPT model refused" || { fail "llama refused"; echo "$out" | head -5; }
 
+# Started from outside, as torchrun starts ranks: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+port=$((20000 + RANDOM % 20000))
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$bin" run --problem "$tmp/problem.json" "${model[@]}" \
+    --family zb-h1 --iterations 2 --timeout 30 > "$tmp/rank$r.out" 2>&1 &
+done
+wait
+if grep -q "rank 0 iteration 1: loss" "$tmp/rank0.out" && grep -q "rank 1 iteration 1: loss" "$tmp/rank1.out"; then
+  echo "ok   ranks started torchrun-style"
+else
+  fail "torchrun-style ranks"; cat "$tmp/rank0.out" "$tmp/rank1.out" | tail -6
+fi
+
 out=$("$bin" run --family 1f1b 2>&1)
 [ $? -eq 2 ] && grep -q "needs --problem" <<<"$out" && echo "ok   run without a problem is a usage error" || { fail "run without --problem"; echo "$out" | head -3; }
 
