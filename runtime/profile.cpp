@@ -87,54 +87,57 @@ Result<Problem> measure_share(const GptConfig& cfg, const ProfileSpec& spec, con
   reserve_heap(0);  // the warm-up repetition maps what the timed ones reuse
   // Every rank times its stages at the same time, as they will run.
   wait_work(pg.barrier(), timeout_s, me + ": profiling start");
-  int64_t largest_stash = 0;
+  // Several microbatches in flight and this rank's chunks in turn, each pass over all of them, so
+  // that caches hold what they hold in a run (timing one microbatch of one chunk over and over
+  // measured ~10% fast).
+  struct Chunk {
+    int stage;
+    ChunkParams params;
+    std::vector<at::Tensor> inputs;
+    std::vector<double> t_f, t_r, t_b, t_w;
+  };
+  std::vector<Chunk> chunks;
+  const int in_flight = std::min(spec.num_microbatches, 4);
   for (int s = 0; s < S; s++) {
     if (p.device_of(s) != rank) continue;
-    ChunkParams params = init_chunk(cfg, layouts[s]);
-    const at::Tensor grad_output = at::randn({b, T, h}) * 1e-3;
-    std::vector<double> t_f, t_r, t_b, t_w;
-    StageSpec& st = p.stages[s];
-    // Several microbatches in flight, each pass over all of them in turn, so that caches hold
-    // what they hold in a run (timing one microbatch over and over measured ~10% fast).
-    const int in_flight = std::min(spec.num_microbatches, 4);
-    std::vector<at::Tensor> inputs;
-    for (int i = 0; i < in_flight; i++) inputs.push_back(layouts[s].embedding ? batch.tokens : at::randn({b, T, h}));
-    for (int k = 0; k < spec.repetitions + 1; k++) {
-      const bool timed = k > 0;  // the first round warms up
-      std::vector<Stash> stashes;
+    Chunk c{s, init_chunk(cfg, layouts[s]), {}, {}, {}, {}, {}};
+    for (int i = 0; i < in_flight; i++) c.inputs.push_back(layouts[s].embedding ? batch.tokens : at::randn({b, T, h}));
+    chunks.push_back(std::move(c));
+  }
+  const at::Tensor grad_output = at::randn({b, T, h}) * 1e-3;
+  auto timed = [](bool record, std::vector<double>* into, auto&& fn) {
+    const double t0 = monotonic_us();
+    fn();
+    if (record) into->push_back(monotonic_us() - t0);
+  };
+  for (int k = 0; k < spec.repetitions + 1; k++) {
+    const bool record = k > 0;  // the first round warms up
+    for (Chunk& c : chunks) {
+      StageSpec& st = p.stages[c.stage];
+      std::vector<Stash> stashes(in_flight);
       std::vector<WeightStash> w(in_flight);
       at::Tensor out;
-      for (int i = 0; i < in_flight; i++) {
-        const double t0 = monotonic_us();
-        stashes.push_back(forward(cfg, params, inputs[i], batch, &out));
-        if (timed) t_f.push_back(monotonic_us() - t0);
-      }
-      for (int i = 0; i < in_flight; i++) {
-        const double t0 = monotonic_us();
-        forward(cfg, params, inputs[i], batch, &out);  // the recompute runs the same forward
-        if (timed) t_r.push_back(monotonic_us() - t0);
-      }
+      for (int i = 0; i < in_flight; i++) timed(record, &c.t_f, [&] { stashes[i] = forward(cfg, c.params, c.inputs[i], batch, &out); });
+      for (int i = 0; i < in_flight; i++)  // the recompute runs the same forward
+        timed(record, &c.t_r, [&] { forward(cfg, c.params, c.inputs[i], batch, &out); });
       st.act_f_bytes = stash_bytes(stashes[0].tensors);
       st.act_input_bytes = stash_bytes({stashes[0].tensors[0]});
-      for (int i = 0; i < in_flight; i++) {
-        const double t0 = monotonic_us();
-        backward_input(cfg, &params, std::move(stashes[i]), grad_output, batch, &w[i]);
-        if (timed) t_b.push_back(monotonic_us() - t0);
-      }
+      for (int i = 0; i < in_flight; i++)
+        timed(record, &c.t_b, [&] { backward_input(cfg, &c.params, std::move(stashes[i]), grad_output, batch, &w[i]); });
       st.act_w_bytes = -stash_bytes(w[0]);
-      for (int i = 0; i < in_flight; i++) {
-        const double t0 = monotonic_us();
-        backward_weight(&params, std::move(w[i]));
-        if (timed) t_w.push_back(monotonic_us() - t0);
-      }
+      for (int i = 0; i < in_flight; i++) timed(record, &c.t_w, [&] { backward_weight(&c.params, std::move(w[i])); });
     }
-    st.t_f_us = median(t_f);
-    st.t_r_us = median(t_r);
-    st.t_b_us = median(t_b);
-    st.t_w_us = median(t_w);
+  }
+  int64_t largest_stash = 0;
+  for (Chunk& c : chunks) {
+    StageSpec& st = p.stages[c.stage];
+    st.t_f_us = median(c.t_f);
+    st.t_r_us = median(c.t_r);
+    st.t_b_us = median(c.t_b);
+    st.t_w_us = median(c.t_w);
     st.act_b_bytes = -st.act_f_bytes - st.act_w_bytes;
     largest_stash = std::max(largest_stash, st.act_f_bytes);
-    p.devices[rank].static_bytes += 16 * num_params(params);
+    p.devices[rank].static_bytes += 16 * num_params(c.params);
   }
   wait_work(pg.barrier(), timeout_s, me + ": profiling the hop");
   if (rank < 2 && spec.num_devices > 1)

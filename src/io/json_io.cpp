@@ -128,6 +128,13 @@ void read_host_link(Reader& r, HostLinkSpec* link, Status* err) {
   hr.finish();
 }
 
+// A stage's fields a profile measures (act_b_bytes follows from them).
+json measured_stage_json(const StageSpec& st) {
+  return {{"t_f_us", st.t_f_us},           {"t_b_us", st.t_b_us},       {"t_w_us", st.t_w_us},
+          {"t_r_us", st.t_r_us},           {"act_f_bytes", st.act_f_bytes}, {"act_w_bytes", st.act_w_bytes},
+          {"act_input_bytes", st.act_input_bytes}};
+}
+
 json host_link_json(const HostLinkSpec& link) {
   return {{"d2h_gb_per_s", link.d2h_gb_per_s}, {"h2d_gb_per_s", link.h2d_gb_per_s}, {"latency_us", link.latency_us}};
 }
@@ -208,17 +215,12 @@ std::string problem_to_json(const Problem& p) {
   j["t_comm_us"] = p.t_comm_us;
   j["stages"] = json::array();
   for (const StageSpec& st : p.stages) {
-    j["stages"].push_back({{"t_f_us", st.t_f_us},
-                           {"t_b_us", st.t_b_us},
-                           {"t_w_us", st.t_w_us},
-                           {"t_r_us", st.t_r_us},
-                           {"act_f_bytes", st.act_f_bytes},
-                           {"act_b_bytes", st.act_b_bytes},
-                           {"act_w_bytes", st.act_w_bytes},
-                           {"act_input_bytes", st.act_input_bytes},
-                           {"ws_f_bytes", st.ws_f_bytes},
-                           {"ws_b_bytes", st.ws_b_bytes},
-                           {"ws_w_bytes", st.ws_w_bytes}});
+    json s = measured_stage_json(st);
+    s["act_b_bytes"] = st.act_b_bytes;
+    s["ws_f_bytes"] = st.ws_f_bytes;
+    s["ws_b_bytes"] = st.ws_b_bytes;
+    s["ws_w_bytes"] = st.ws_w_bytes;
+    j["stages"].push_back(s);
   }
   j["devices"] = json::array();
   for (const DeviceSpec& d : p.devices)
@@ -344,14 +346,7 @@ std::string profile_to_json(const Problem& p) {
   json j;
   j["format"] = kProfileFormat;
   j["stages"] = json::array();
-  for (const StageSpec& st : p.stages)
-    j["stages"].push_back({{"t_f_us", st.t_f_us},
-                           {"t_b_us", st.t_b_us},
-                           {"t_w_us", st.t_w_us},
-                           {"t_r_us", st.t_r_us},
-                           {"act_f_bytes", st.act_f_bytes},
-                           {"act_w_bytes", st.act_w_bytes},
-                           {"act_input_bytes", st.act_input_bytes}});
+  for (const StageSpec& st : p.stages) j["stages"].push_back(measured_stage_json(st));
   j["t_comm_us"] = p.t_comm_us;
   j["static_bytes"] = json::array();
   for (const DeviceSpec& d : p.devices) j["static_bytes"].push_back(d.static_bytes);
