@@ -120,6 +120,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", options.threads, "parallel searches per instance")->check(CLI::Range(1, 256));
   app.add_option("--seed", options.seed, "random seed");
   app.add_option("--only", only, "run only the instance of this name");
+  std::string problems_dir;
+  app.add_option("--problems-out", problems_dir, "also write each instance's problem JSON into this folder (<name>.json)");
   app.add_option("--out", out_path, "write the results as JSON");
   app.add_option("--csv", csv_path, "write the results as CSV");
   CLI11_PARSE(app, argc, argv);
@@ -149,6 +151,13 @@ int main(int argc, char** argv) {
     if (!st.ok()) {
       std::fprintf(stderr, "bench_suite: %s: %s\n", name.c_str(), st.message.c_str());
       return 1;
+    }
+    if (!problems_dir.empty()) {
+      Status written = write_text_file(problems_dir + "/" + name + ".json", problem_to_json(p.value));
+      if (!written.ok()) {
+        std::fprintf(stderr, "bench_suite: %s\n", written.message.c_str());
+        return 1;
+      }
     }
     Row row;
     row.name = name;

@@ -26,13 +26,17 @@ bool repair_device(const Problem& p, const Timeline& t, int d, Schedule& s) {
   int64_t over = t.devices[d].peak_bytes - p.devices[d].mem_budget_bytes;
   auto at = [&](const Op& op, bool end) { return (end ? t.end_us : t.start_us)[op_id(p, op)]; };
 
+  // Activations already recomputed or offloaded, by op id of their F.
+  std::vector<char> decided(num_op_ids(p), 0);
+  for (const Op& op : ds.compute)
+    if (op.kind == OpKind::kR) decided[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})] = 1;
+  for (const Op& op : ds.offloads) decided[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})] = 1;
   std::vector<Candidate> alive;
   for (const Op& op : ds.compute) {
     if (op.kind != OpKind::kB && op.kind != OpKind::kBW) continue;
     const Op f{OpKind::kF, op.stage, op.microbatch};
     if (!(at(f, true) <= peak && at(op, false) > peak)) continue;
-    if (find_op(ds.compute, Op{OpKind::kR, op.stage, op.microbatch}) >= 0) continue;
-    if (find_op(ds.offloads, Op{OpKind::kOffload, op.stage, op.microbatch}) >= 0) continue;
+    if (decided[op_id(p, f)]) continue;
     if (p.stages[op.stage].act_f_bytes - p.stages[op.stage].act_input_bytes <= 0) continue;
     const bool offload = at(f, true) + p.offload_us(op.stage) <= peak && peak + p.reload_us(op.stage) <= at(op, false);
     alive.push_back({op, offload, at(op, false)});

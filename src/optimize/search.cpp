@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "optpipe/simulate.h"
 
@@ -32,15 +33,22 @@ int backward_index(const std::vector<Op>& compute, int stage, int microbatch) {
 }
 
 void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor) {
-  const std::vector<Op>& ops = ds.compute;
-  const int f = find_op(ops, Op{OpKind::kF, stage, microbatch});
-  const int b = backward_index(ops, stage, microbatch);
+  // Positions of every F and backward on the device, found in one pass: the lists can hold
+  // thousands of ops, and scanning them per existing offload made repairs cubic.
+  std::unordered_map<int64_t, int> f_at, b_at;
+  auto key = [](int s, int i) { return (static_cast<int64_t>(s) << 32) | static_cast<uint32_t>(i); };
+  for (size_t k = 0; k < ds.compute.size(); k++) {
+    const Op& op = ds.compute[k];
+    if (op.kind == OpKind::kF) f_at[key(op.stage, op.microbatch)] = static_cast<int>(k);
+    if (op.kind == OpKind::kB || op.kind == OpKind::kBW) b_at[key(op.stage, op.microbatch)] = static_cast<int>(k);
+  }
+  const int f = f_at.at(key(stage, microbatch)), b = b_at.at(key(stage, microbatch));
   size_t at = 0;
-  while (at < ds.offloads.size() && find_op(ops, Op{OpKind::kF, ds.offloads[at].stage, ds.offloads[at].microbatch}) < f) at++;
+  while (at < ds.offloads.size() && f_at.at(key(ds.offloads[at].stage, ds.offloads[at].microbatch)) < f) at++;
   ds.offloads.insert(ds.offloads.begin() + at, Op{OpKind::kOffload, stage, microbatch});
   at = 0;
-  while (at < ds.reloads.size() && backward_index(ops, ds.reloads[at].reload.stage, ds.reloads[at].reload.microbatch) < b) at++;
-  ds.reloads.insert(ds.reloads.begin() + at, {Op{OpKind::kReload, stage, microbatch}, ops[anchor]});
+  while (at < ds.reloads.size() && b_at.at(key(ds.reloads[at].reload.stage, ds.reloads[at].reload.microbatch)) < b) at++;
+  ds.reloads.insert(ds.reloads.begin() + at, {Op{OpKind::kReload, stage, microbatch}, ds.compute[anchor]});
 }
 
 namespace {
