@@ -8,6 +8,7 @@
 #include "optpipe/optimize.h"
 #include "optpipe/validate.h"
 #include "brute_force.h"
+#include "optimize/search.h"
 
 using namespace optpipe;
 
@@ -193,4 +194,27 @@ TEST(Optimize, ExactProvesOptimalityOnTinyProblems) {
   }
   EXPECT_EQ(open_gaps, 5);  // the test must exercise the MILP
   EXPECT_EQ(proven, 4);
+}
+
+// Memory repair, one peak per simulation or every overflow per simulation: GPipe (M activations
+// per device) under budgets 1F1B fits and below, on uniform and varied stages, comes back valid
+// and fitting.
+TEST(Repair, BothModesFitWhatTheyCan) {
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 6; trial++) {
+    UniformSpec u;
+    u.num_devices = 4;
+    u.num_microbatches = 8 + 4 * (trial % 3);
+    Problem p = make_uniform_problem(u);
+    for (StageSpec& st : p.stages) st.t_f_us = 500 + rng() % 1000;
+    for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + (3 + trial % 2) * p.stages[0].act_f_bytes;
+    Result<Schedule> gpipe = make_gpipe(p);
+    ASSERT_TRUE(gpipe.ok());
+    ASSERT_FALSE(validate(p, gpipe.value).ok());  // over the budget as it is
+    for (bool every : {false, true}) {
+      Schedule fixed = repair_memory(p, gpipe.value, 4 * u.num_microbatches, every);
+      Validation v = validate(p, fixed);  // the budget included
+      EXPECT_TRUE(v.ok()) << "trial " << trial << (every ? " every overflow: " : " one peak: ") << v.summary();
+    }
+  }
 }

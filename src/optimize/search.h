@@ -48,9 +48,10 @@ int backward_index(const std::vector<Op>& compute, int stage, int microbatch);
 // by their backward).
 void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor);
 
-// Offloads or recomputes activations alive at overflowing peaks until the schedule fits, or
-// nothing alive there is left to move, or max_changes is reached. Returns the changed schedule.
-Schedule repair_memory(const Problem& p, const Schedule& start, int max_changes);
+// Offloads or recomputes activations alive at overflowing peaks (with every_overflow: at every
+// overflow) until the schedule fits, or nothing alive there is left to move, or max_rounds
+// simulations are spent. Returns the changed schedule.
+Schedule repair_memory(const Problem& p, const Schedule& start, int max_rounds, bool every_overflow = false);
 
 // What a running search shares with whoever watches it.
 struct SearchShared {
