@@ -1,21 +1,11 @@
 #include "profile.h"
 
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <algorithm>
-#include <thread>
 
 #include "engine.h"
 
 namespace optpipe::runtime {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Half the median round trip of a `numel`-float tensor between ranks 0 and 1.
 double measure_hop_us(c10d::ProcessGroupGloo& pg, int rank, int64_t numel, int repetitions, double timeout_s) {
@@ -84,7 +74,6 @@ Result<Problem> measure_share(const GptConfig& cfg, const ProfileSpec& spec, con
   p.stages.assign(S, StageSpec{});
   p.devices.assign(spec.num_devices, DeviceSpec{0, 1, 0});  // budgets: merge_profiles sets them
   const Batch batch = make_batch(cfg, 0, 0);
-  reserve_heap(0);  // the warm-up repetition maps what the timed ones reuse
   // Every rank times its stages at the same time, as they will run.
   wait_work(pg.barrier(), timeout_s, me + ": profiling start");
   // Several microbatches in flight and this rank's chunks in turn, each pass over all of them, so

@@ -76,12 +76,12 @@ Result<RankReport> rank_report_from_json(const std::string& text) {
   }
 }
 
-namespace {
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
+
+namespace {
 
 // `p` with each stage's F/B/W/R times replaced by the medians measured in `iteration`; a fused
 // BW is split in the problem's B : W proportion.

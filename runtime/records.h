@@ -15,6 +15,7 @@
 namespace optpipe::runtime {
 
 double monotonic_us();  // CLOCK_MONOTONIC, shared by every process on the machine
+double median(std::vector<double> v);  // 0 for none
 
 // Times are CLOCK_MONOTONIC µs, shared by every process on the machine.
 struct OpRecord {

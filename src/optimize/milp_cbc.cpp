@@ -18,7 +18,7 @@ namespace optpipe {
 MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions& options, const Schedule* warm_start) {
   const auto t0 = std::chrono::steady_clock::now();
   MilpSolution out;
-  const int n = static_cast<int>(m.col_lb.size());
+  const int n = static_cast<int>(m.col_lb.size()), M = p.num_microbatches;
 
   // Column-major matrix for Cbc_loadProblem.
   std::vector<std::vector<std::pair<int, double>>> by_col(n);
@@ -55,7 +55,6 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
     // its B opens B's block.
     SimResult sim = simulate(p, *warm_start);
     if (sim.ok()) {
-      const int M = p.num_microbatches;
       std::vector<double> x(n, 0);
       std::vector<int> position(num_op_ids(p), -1);
       bool usable = true;
@@ -115,7 +114,6 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
     out.proven_optimal = Cbc_isProvenOptimal(model);
     if (out.proven_optimal) out.bound_us = std::max(out.bound_us, out.objective_us * (1 - 1e-9));
     // A recomputing B's block is R then B.
-    const int M = p.num_microbatches;
     auto recomputes = [&](const Op& op) {
       const int r = m.recompute_col[op.stage * M + op.microbatch];
       return r >= 0 && x[r] > 0.5;
