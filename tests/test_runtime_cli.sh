@@ -27,7 +27,8 @@ assert all(b > 0 for b in prof["static_bytes"])
 assert prob["num_devices"] == 2 and prob["num_microbatches"] == 4
 PY
 # The profile is in the format the cost model reads: plan takes it for two devices.
-out=$("$bin" plan --model gpt-tiny --cluster 2xa100-40gb --microbatches 4 --profile "$tmp/profile.json" -q --time-limit 2 2>&1)
+out=$("$bin" plan --model gpt-tiny --cluster 2xa100-40gb --microbatches 4 --profile "$tmp/profile.json" -q --time-limit 2 \
+  -o "$tmp/plan.json" 2>&1)
 [ $? -eq 0 ] && grep -q "optimized" <<<"$out" && echo "ok   plan --profile reads it" || { fail "plan --profile"; echo "$out" | tail -5; }
 
 run_check() {  # run_check NAME ARGS... : one iteration, --check must pass
