@@ -114,6 +114,26 @@ TEST(Optimize, TimeLimitReturnsTheBestSoFar) {
   EXPECT_NE(r.outcome, Outcome::kInfeasible);
 }
 
+// However short the limit, every family is considered: on a large problem whose repairs alone
+// outlast the limit, the answer still fits and is no slower than the fastest fitting family.
+TEST(Optimize, ShortLimitNeverLosesToAFamily) {
+  UniformSpec u;
+  u.num_devices = 16;
+  u.num_microbatches = 128;
+  u.t_f_us = u.t_b_us = u.t_w_us = 40000;
+  Problem p = make_uniform_problem(u);
+  for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 8 * p.stages[0].act_f_bytes;  // 1F1B: 16
+  const double baseline = best_fitting_family(p);
+  ASSERT_GT(baseline, 0);
+  OptimizeOptions o;
+  o.time_limit_s = 0.01;
+  OptimizeResult r = optimize(p, o);
+  expect_checked(r);
+  ASSERT_NE(r.outcome, Outcome::kInfeasible);
+  EXPECT_LE(r.timeline.makespan_us, baseline);
+  EXPECT_TRUE(r.stats.stopped_by_time);
+}
+
 // ---- bounds ----
 
 TEST(Bounds, NoFittingScheduleBeatsTheLowerBound) {

@@ -40,12 +40,13 @@ struct Start {
 
 constexpr size_t kLargeScheduleOps = 20000;
 
-// A start, and when it overflows the budget, the same order with activations offloaded where
-// their lifespans allow and then offloaded or recomputed at every remaining peak.
-void add_start(const std::string& name, FamilySchedule built, std::vector<Start>* starts) {
+// A start, and when it overflows the budget (and there is time), the same order with
+// activations offloaded where their lifespans allow and then offloaded or recomputed at every
+// remaining peak.
+void add_start(const std::string& name, FamilySchedule built, Clock::time_point deadline, std::vector<Start>* starts) {
   Score sc;
   if (!score_schedule(built.problem, built.schedule, &sc)) return;
-  if (sc.overflow_bytes > 0) {
+  if (sc.overflow_bytes > 0 && Clock::now() < deadline) {
     const int max_rounds = 4 * built.problem.num_microbatches;  // simulations
     // Fixing one peak per simulation needs too many simulations of a large schedule to finish
     // in the time limit (D=32, M=256: ~90% of 10 s); there every overflow is fixed per round.
@@ -54,8 +55,8 @@ void add_start(const std::string& name, FamilySchedule built, std::vector<Start>
     const struct {
       const char* suffix;
       Schedule schedule;
-    } variants[] = {{" +repair", repair_memory(built.problem, built.schedule, max_rounds, every_overflow)},
-                    {" +offload+repair", repair_memory(built.problem, offloaded, max_rounds, every_overflow)}};
+    } variants[] = {{" +repair", repair_memory(built.problem, built.schedule, max_rounds, every_overflow, deadline)},
+                    {" +offload+repair", repair_memory(built.problem, offloaded, max_rounds, every_overflow, deadline)}};
     for (const auto& v : variants) {
       Score vs;
       if (score_schedule(built.problem, v.schedule, &vs) && vs < sc)
@@ -89,7 +90,7 @@ void add_greedy_starts(const Problem& p, Clock::time_point deadline, bool* out_o
         if (!s.ok()) continue;
         add_start(std::string("greedy ") + placement_name(pl.placement) + " v" + std::to_string(pl.v) + " live≤" +
                       std::to_string(k) + (split ? "" : " fused"),
-                  {re.value, std::move(s.value)}, starts);
+                  {re.value, std::move(s.value)}, deadline, starts);
       }
     }
   }
@@ -165,13 +166,11 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // may take up to half the time limit.
   const Clock::time_point deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s / 2));
-  bool out_of_time = false;
-  std::vector<Start> starts;
+  // Every family is built and scored whatever the time limit (that is cheap, and the answer
+  // must never be slower than a family that fits); only the repairs and greedy starts wait on
+  // the clock.
+  std::vector<std::pair<std::string, FamilySchedule>> built;
   for (const Family& f : families()) {
-    if (!starts.empty() && Clock::now() > deadline) {
-      out_of_time = true;
-      break;
-    }
     Result<FamilySchedule> fs = build_family(f, p);
     if (!fs.ok()) continue;
     SimResult sim = simulate(fs.value.problem, fs.value.schedule, {.op_times = false});
@@ -181,8 +180,11 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
       out.stats.baseline_makespan_us = sim.timeline.makespan_us;
       out.stats.baseline_idle_us = sim.timeline.idle_us;
     }
-    add_start(f.name, std::move(fs.value), &starts);
+    built.emplace_back(f.name, std::move(fs.value));
   }
+  std::vector<Start> starts;
+  for (auto& [name, fs] : built) add_start(name, std::move(fs), deadline, &starts);
+  bool out_of_time = Clock::now() > deadline;
   OPTPIPE_CHECK(!starts.empty(), "at least 1f1b applies to every problem");
   if (!out_of_time) add_greedy_starts(p, deadline, &out_of_time, &starts);
   out.stats.stopped_by_time = out_of_time;

@@ -106,9 +106,10 @@ bool repair_device(const Problem& p, const Timeline& t, int d, bool every_overfl
 
 }  // namespace
 
-Schedule repair_memory(const Problem& p, const Schedule& start, int max_rounds, bool every_overflow) {
+Schedule repair_memory(const Problem& p, const Schedule& start, int max_rounds, bool every_overflow,
+                       std::chrono::steady_clock::time_point deadline) {
   Schedule s = start;
-  for (int round = 0; round < max_rounds; round++) {
+  for (int round = 0; round < max_rounds && std::chrono::steady_clock::now() < deadline; round++) {
     SimResult r = simulate(p, s, {.op_times = true, .memory_curve = every_overflow});
     if (!r.ok()) return start;
     bool changed = false, overflows = false;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <random>
 
@@ -50,8 +51,9 @@ void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor);
 
 // Offloads or recomputes activations alive at overflowing peaks (with every_overflow: at every
 // overflow) until the schedule fits, or nothing alive there is left to move, or max_rounds
-// simulations are spent. Returns the changed schedule.
-Schedule repair_memory(const Problem& p, const Schedule& start, int max_rounds, bool every_overflow = false);
+// simulations are spent, or the deadline passes. Returns the changed schedule.
+Schedule repair_memory(const Problem& p, const Schedule& start, int max_rounds, bool every_overflow = false,
+                       std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 // What a running search shares with whoever watches it.
 struct SearchShared {
