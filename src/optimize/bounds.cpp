@@ -1,11 +1,78 @@
 // Lower bounds that hold for every schedule of a problem that fits its budget, whatever its
 // order, offloads and recomputes.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "optpipe/optimize.h"
 
 namespace optpipe {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Idle time device d cannot avoid before its first backward. No B (so no W) can start on d
+// before τ = the earliest any of its stages' first forward can end plus that stage's round trip.
+// Until then d can only run forwards (and recomputes, which only add work), and each forward
+// begun before τ still holds memory at τ: its whole activation if kept, its input if it is to be
+// recomputed (and that R, costing t_R, comes after τ), nothing only if its offload — one at a
+// time on d's link — has finished. So the forward time that can fill [first, τ] is at most:
+// offloaded forwards (the longest ones), then kept ones by forward time per byte (fractional),
+// then recomputed ones, each worth t_F − t_R at best.
+double warmup_idle_us(const Problem& p, int d, const std::vector<double>& head, const std::vector<double>& round_trip,
+                      double first_us) {
+  const int S = p.num_stages();
+  double tau = kInf;
+  for (int s = 0; s < S; s++)
+    if (p.device_of(s) == d) tau = std::min(tau, head[s] + p.stages[s].t_f_us + round_trip[s]);
+  const double window = tau - first_us;
+  if (!(window > 0) || window == kInf) return 0;
+
+  struct Item {
+    double t_f_us, act_bytes, count;
+  };
+  std::vector<Item> items;
+  double t_f_min = kInf, t_offload_min = kInf, recompute_worth = 0;  // per µs of forward filled
+  for (int s = 0; s < S; s++) {
+    const StageSpec& st = p.stages[s];
+    if (p.device_of(s) != d || head[s] >= tau || st.t_f_us <= 0) continue;
+    // Forwards of one stage run one after another from its earliest start.
+    const double count = std::min<double>(p.num_microbatches, std::ceil((tau - head[s]) / st.t_f_us));
+    items.push_back({st.t_f_us, static_cast<double>(st.act_f_bytes), count});
+    t_f_min = std::min(t_f_min, st.t_f_us);
+    t_offload_min = std::min(t_offload_min, p.offload_us(s));
+    recompute_worth = std::max(recompute_worth, 1 - st.t_r_us / st.t_f_us);
+  }
+  if (items.empty()) return window;
+
+  double filled = 0;
+  // Offloads: the longest forwards, as many as the link can finish by τ.
+  double offloads = t_offload_min > 0 ? std::floor(std::max(0.0, window - t_f_min) / t_offload_min) : kInf;
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.t_f_us > b.t_f_us; });
+  for (Item& it : items) {
+    const double n = std::min(offloads, it.count);
+    filled += n * it.t_f_us;
+    offloads -= n;
+    it.count -= n;
+  }
+  // Kept: the most forward time per byte first, the last one fractional.
+  double capacity = static_cast<double>(p.devices[d].mem_budget_bytes - p.devices[d].static_bytes);
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.t_f_us * b.act_bytes > b.t_f_us * a.act_bytes; });
+  for (Item& it : items) {
+    if (capacity <= 0) break;
+    const double n = it.act_bytes > 0 ? std::min(it.count, capacity / it.act_bytes) : it.count;
+    filled += n * it.t_f_us;
+    capacity -= n * it.act_bytes;
+    it.count -= n;
+  }
+  // Recomputed ones (their inputs taken as free): each µs of forward costs t_R/t_F µs later.
+  const double idle = std::max(0.0, window - filled);
+  return idle * (1 - recompute_worth);
+}
+
+}  // namespace
 
 double makespan_lower_bound(const Problem& p) {
   const int S = p.num_stages(), D = p.num_devices, M = p.num_microbatches;
@@ -42,6 +109,8 @@ double makespan_lower_bound(const Problem& p) {
     const double hop = p.device_of(s) == p.device_of(s + 1) ? 0 : p.t_comm_us;
     round_trip[s] = round_trip[s + 1] + 2 * hop + p.stages[s + 1].t_f_us + p.stages[s + 1].t_b_us;
   }
+  for (int d = 0; d < D; d++) bound = std::max(bound, first[d] + work[d] + warmup_idle_us(p, d, head, round_trip, first[d]));
+
   for (int d = 0; d < D; d++) {
     const double capacity = static_cast<double>(p.devices[d].mem_budget_bytes - p.devices[d].static_bytes);
     if (capacity <= 0) continue;  // nothing fits: no bound needed
