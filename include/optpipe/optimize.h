@@ -95,9 +95,10 @@ struct OptimizeResult {
 OptimizeResult optimize(const Problem& p, const OptimizeOptions& options);
 
 // No schedule of p that fits its budget (any order, any offload or recompute) finishes sooner:
-// the latest device's earliest possible start plus all its work; one microbatch's own chain; and
-// the memory-time area its activations need against budget × makespan, with the most that
-// offloading and recomputing could save in that time.
+// the latest device's earliest possible start plus all its work, plus the idle before its first
+// backward that the forwards fitting in memory (and offloads) cannot fill; one microbatch's own
+// chain; and the memory-time area its activations need against budget × makespan, with the most
+// that offloading and recomputing could save in that time.
 double makespan_lower_bound(const Problem& p);
 
 // No schedule of p fits device d in less: static memory plus the largest single op's activation
