@@ -202,7 +202,9 @@ TEST(Bounds, WarmUpIdleUnlessOffloadsFillIt) {
     Result<FamilySchedule> fs = build_family(f, p);
     if (!fs.ok() || fs.value.problem.placement != Placement::kLinear) continue;
     Validation v = validate(fs.value.problem, fs.value.schedule);
-    if (v.ok()) EXPECT_GE(v.sim.timeline.makespan_us, 14000) << f.name;
+    if (v.ok()) {
+      EXPECT_GE(v.sim.timeline.makespan_us, 14000) << f.name;
+    }
   }
   p.host_link = {1e4, 1e4, 0};  // 0.1 ms per transfer
   EXPECT_DOUBLE_EQ(makespan_lower_bound(p), 13000);
