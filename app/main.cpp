@@ -18,6 +18,7 @@
 #include "optpipe/simulate.h"
 #include "optpipe/units.h"
 #include "optpipe/validate.h"
+#include "cli.h"
 #include "inputs.h"
 #include "report.h"
 
@@ -26,13 +27,13 @@ using json = nlohmann::json;
 
 namespace {
 
-// Paths in the output may hold bytes that are not UTF-8: replaced, never thrown on.
 // "vshape v2": a placement and its chunks per device, as the tables show them.
 std::string placement_label(Placement p, int chunks_per_device) {
   return std::string(placement_name(p)) + " v" + std::to_string(chunks_per_device);
 }
 std::string placement_label(const Family& f) { return placement_label(f.placement, f.chunks_per_device); }
 
+// Paths in the output may hold bytes that are not UTF-8: replaced, never thrown on.
 void print_json(const json& j) { std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str()); }
 
 int cmd_families(bool as_json) {
@@ -127,7 +128,6 @@ int cmd_export(const std::string& problem_path, const std::string& schedule_path
   return st.ok() ? kExitOk : fail(st);
 }
 
-
 int64_t max_peak(const Timeline& t) {
   int64_t peak = 0;
   for (const DeviceFigures& d : t.devices) peak = std::max(peak, d.peak_bytes);
@@ -180,8 +180,6 @@ int cmd_compare(const std::string& problem_path, bool as_json) {
   return num_fit > 0 ? kExitOk : kExitInfeasible;
 }
 
-// The HTML page: the comparison table, then the charts of the fastest family that fits and of
-// each family asked for.
 // The comparison table's rows: every family, and the optimized schedule.
 std::vector<ReportRow> family_rows(const std::vector<FamilyRun>& runs) {
   std::vector<ReportRow> rows;
@@ -213,6 +211,7 @@ std::vector<ReportChart> report_charts(const OptimizeResult& r, const std::vecto
   return charts;
 }
 
+// The HTML page: the comparison table (every family and the optimized schedule), then the charts.
 int cmd_report(const std::string& problem_path, const std::vector<std::string>& chart_families, const OptimizeOptions& options,
                const std::string& out_path) {
   Result<Problem> p = load_problem(problem_path);
@@ -430,7 +429,7 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
   } else {
     std::printf("%s\nproblem: %s\n\n%s\n", what.c_str(), problem_summary(p).c_str(), aligned_table(rows).c_str());
     if (fits) {
-      std::printf("optimized: %s v%d from %s; %s\n", placement_name(r.problem.placement), r.problem.chunks_per_device,
+      std::printf("optimized: %s from %s; %s\n", placement_label(r.problem.placement, r.problem.chunks_per_device).c_str(),
                   r.stats.start_family.c_str(), best ? fmt::format("{:.3f}x the fastest family that fits ({})", best_makespan / r.timeline.makespan_us, best->family->name).c_str() : "no family fits");
       if (!a.out_path.empty()) std::printf("wrote %s\n", a.out_path.c_str());
     } else {
@@ -441,8 +440,6 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
   }
   return fits ? kExitOk : kExitInfeasible;
 }
-
-}  // namespace
 
 // `run` and `profile` live in optpipe-runtime, the one program that links LibTorch, built next
 // to this one: hand the whole command line over to it.
@@ -462,6 +459,8 @@ int exec_runtime(int argc, char** argv) {
   execv(path.c_str(), args.data());
   return fail(Status::Invalid("cannot start " + path));
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && (std::string(argv[1]) == "run" || std::string(argv[1]) == "profile")) return exec_runtime(argc, argv);
@@ -514,6 +513,13 @@ int main(int argc, char** argv) {
 
   OptimizeOptions opt;
   bool quiet = false;
+  auto add_optimizer_options = [&](CLI::App* c) {
+    c->add_option("--time-limit", opt.time_limit_s, "optimizer seconds (the best so far is returned)")->check(CLI::Range(0.01, 1e6));
+    c->add_option("--seed", opt.seed, "random seed");
+    c->add_option("--threads", opt.threads, "parallel searches")->check(CLI::Range(1, 256));
+    c->add_flag("--quiet,-q", quiet, "no progress on stderr");
+    c->add_flag("--exact", opt.exact, "then the exact models (CP on Gecode, MILP on CBC; small problems): a better schedule or a tighter bound");
+  };
   std::vector<std::string> chart_families = {"1f1b"};
   CLI::App* report_cmd = app.add_subcommand("report", "write an HTML page: comparison table and charts");
   add_problem(report_cmd);
@@ -524,13 +530,9 @@ int main(int argc, char** argv) {
 
   CLI::App* optimize_cmd = app.add_subcommand("optimize", "the fastest schedule that fits the budget, with a lower bound");
   add_problem(optimize_cmd);
-  optimize_cmd->add_option("--time-limit", opt.time_limit_s, "seconds (the best so far is returned)")->check(CLI::Range(0.01, 1e6));
+  add_optimizer_options(optimize_cmd);
   optimize_cmd->add_option("--max-evaluations", opt.max_evaluations, "search budget in candidates (0: by problem size)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  optimize_cmd->add_option("--seed", opt.seed, "random seed");
-  optimize_cmd->add_option("--threads", opt.threads, "parallel searches")->check(CLI::Range(1, 256));
-  optimize_cmd->add_flag("--quiet,-q", quiet, "no progress on stderr");
-  optimize_cmd->add_flag("--exact", opt.exact, "then the exact models (CP on Gecode, MILP on CBC; small problems): a better schedule or a tighter bound");
   optimize_cmd->add_option("--out,-o", out_path, "write the schedule JSON here");
   add_json(optimize_cmd);
 
@@ -546,24 +548,13 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--profile", plan.profile_path, "measured profile JSON overriding the formulas");
   plan_cmd->add_flag("--no-flash-attention", plan.no_flash_attention,
                      "keep attention scores for backward (no selective recompute): 5as²b more bytes a layer");
-  plan_cmd->add_option("--time-limit", opt.time_limit_s, "optimizer seconds")->check(CLI::Range(0.01, 1e6));
-  plan_cmd->add_option("--seed", opt.seed, "random seed");
-  plan_cmd->add_option("--threads", opt.threads, "parallel searches")->check(CLI::Range(1, 256));
-  plan_cmd->add_flag("--quiet,-q", quiet, "no progress on stderr");
-  plan_cmd->add_flag("--exact", opt.exact, "then the exact models (CP on Gecode, MILP on CBC; small problems): a better schedule or a tighter bound");
+  add_optimizer_options(plan_cmd);
   plan_cmd->add_option("--out,-o", plan.out_path, "where to write the best schedule");
   plan_cmd->add_option("--report", plan.report_path, "also write an HTML report here");
   plan_cmd->add_option("--problem-out", plan.problem_out_path, "also write the problem built from the model (for simulate, optimize, ...)");
   add_json(plan_cmd);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
-
-  try {
+  return parse_and_run(app, argc, argv, "optpipe", [&] {
     if (*families_cmd) return cmd_families(as_json);
     if (*problem_cmd) {
       Status st = emit(out_path, problem_to_json(default_problem()));
@@ -576,9 +567,6 @@ int main(int argc, char** argv) {
     if (*report_cmd) return cmd_report(problem_path, chart_families, opt, out_path);
     if (*optimize_cmd) return cmd_optimize(problem_path, opt, quiet, as_json, out_path);
     if (*plan_cmd) return cmd_plan(plan, opt, quiet, as_json);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "optpipe: internal error: %s\n", e.what());
-    return kExitInternal;
-  }
-  return kExitUsage;
+    return kExitUsage;
+  });
 }

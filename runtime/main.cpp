@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "../app/cli.h"
 #include "../app/inputs.h"
 #include "../app/report.h"
 #include "engine.h"
@@ -413,18 +414,9 @@ int main(int argc, char** argv) {
   profile_cmd->add_option("--timeout", prof.timeout_s, "seconds any rank waits for a peer")->capture_default_str()->check(CLI::Range(0.1, 86400.0));
   model.add_to(profile_cmd);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
-  try {
+  return parse_and_run(app, argc, argv, kTool, [&] {
     if (*run_cmd) return cmd_run(run, model, std::vector<std::string>(argv, argv + argc));
     if (*profile_cmd) return cmd_profile(prof, model, std::vector<std::string>(argv, argv + argc));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: internal error: %s\n", kTool, e.what());
-    return kExitInternal;
-  }
-  return kExitUsage;
+    return kExitUsage;
+  });
 }
