@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -128,7 +129,18 @@ void read_host_link(Reader& r, HostLinkSpec* link, Status* err) {
   hr.finish();
 }
 
-// A stage's fields a profile measures (act_b_bytes follows from them).
+// A stage's fields a profile measures (act_b_bytes follows from them), read and written. In a
+// problem the times and act_f/act_w are required; in a profile every field is optional.
+void read_measured_stage(Reader& sr, StageSpec* st, bool required) {
+  sr.number("t_f_us", &st->t_f_us, required);
+  sr.number("t_b_us", &st->t_b_us, required);
+  sr.number("t_w_us", &st->t_w_us, required);
+  sr.number("t_r_us", &st->t_r_us, false);
+  sr.integer("act_f_bytes", &st->act_f_bytes, required);
+  sr.integer("act_w_bytes", &st->act_w_bytes, required);
+  sr.integer("act_input_bytes", &st->act_input_bytes, false);
+}
+
 json measured_stage_json(const StageSpec& st) {
   return {{"t_f_us", st.t_f_us},           {"t_b_us", st.t_b_us},       {"t_w_us", st.t_w_us},
           {"t_r_us", st.t_r_us},           {"act_f_bytes", st.act_f_bytes}, {"act_w_bytes", st.act_w_bytes},
@@ -170,15 +182,10 @@ Result<Problem> problem_from_json(const std::string& text) {
     for (size_t i = 0; i < stages->size() && err.ok(); i++) {
       Reader sr((*stages)[i], "stages[" + std::to_string(i) + "]", &err);
       StageSpec st;
-      sr.number("t_f_us", &st.t_f_us, true);
-      sr.number("t_b_us", &st.t_b_us, true);
-      sr.number("t_w_us", &st.t_w_us, true);
-      st.t_r_us = st.t_f_us;
-      sr.number("t_r_us", &st.t_r_us, false);
-      sr.integer("act_f_bytes", &st.act_f_bytes, true);
+      st.t_r_us = std::numeric_limits<double>::quiet_NaN();  // absent: a recompute costs a forward
+      read_measured_stage(sr, &st, true);
+      if (std::isnan(st.t_r_us)) st.t_r_us = st.t_f_us;
       sr.integer("act_b_bytes", &st.act_b_bytes, true);
-      sr.integer("act_w_bytes", &st.act_w_bytes, true);
-      sr.integer("act_input_bytes", &st.act_input_bytes, false);
       sr.integer("ws_f_bytes", &st.ws_f_bytes, false);
       sr.integer("ws_b_bytes", &st.ws_b_bytes, false);
       sr.integer("ws_w_bytes", &st.ws_w_bytes, false);
@@ -313,13 +320,7 @@ Status apply_profile(const std::string& profile_json, Problem* p) {
     for (size_t i = 0; i < stages->size() && err.ok(); i++) {
       Reader sr((*stages)[i], "stages[" + std::to_string(i) + "]", &err);
       StageSpec& st = q.stages[i];
-      sr.number("t_f_us", &st.t_f_us, false);
-      sr.number("t_b_us", &st.t_b_us, false);
-      sr.number("t_w_us", &st.t_w_us, false);
-      sr.number("t_r_us", &st.t_r_us, false);
-      sr.integer("act_f_bytes", &st.act_f_bytes, false);
-      sr.integer("act_w_bytes", &st.act_w_bytes, false);
-      sr.integer("act_input_bytes", &st.act_input_bytes, false);
+      read_measured_stage(sr, &st, false);
       sr.finish();
       st.act_b_bytes = -st.act_f_bytes - st.act_w_bytes;
     }

@@ -14,7 +14,6 @@
 
 namespace optpipe {
 
-
 MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions& options, const Schedule* warm_start) {
   const auto t0 = std::chrono::steady_clock::now();
   MilpSolution out;
