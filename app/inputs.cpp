@@ -1,6 +1,8 @@
 #include "inputs.h"
 
+#include <climits>
 #include <cstdio>
+#include <unistd.h>
 
 #include "optpipe/json_io.h"
 
@@ -29,6 +31,12 @@ Result<Problem> load_problem(const std::string& path) {
   Result<Problem> p = problem_from_json(text.value);
   if (!p.ok()) p.status.message = path + ": " + p.status.message;
   return p;
+}
+
+std::string executable_path() {
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  return n > 0 ? std::string(self, n) : std::string();
 }
 
 Status emit(const std::string& path, const std::string& text) {

@@ -21,6 +21,9 @@ int fail(const Status& s, const char* tool = "optpipe");
 // The problem in `path`, or the built-in problem when the path is empty.
 Result<Problem> load_problem(const std::string& path);
 
+// This program's own path (from /proc/self/exe), or "" when it cannot be read.
+std::string executable_path();
+
 // Writes to the file, or to stdout when the path is empty or "-".
 Status emit(const std::string& path, const std::string& text);
 

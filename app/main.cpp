@@ -2,7 +2,6 @@
 // (a schedule over its budget, nothing fits), 70 internal error (a bug: please report it).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <climits>
 #include <cstdio>
 #include <unistd.h>
 #include <iostream>
@@ -444,9 +443,7 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
 // `run` and `profile` live in optpipe-runtime, the one program that links LibTorch, built next
 // to this one: hand the whole command line over to it.
 int exec_runtime(int argc, char** argv) {
-  char self[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  std::string path = n > 0 ? std::string(self, n) : std::string();
+  std::string path = executable_path();
   path = path.substr(0, path.rfind('/') + 1) + "optpipe-runtime";
   if (access(path.c_str(), X_OK) != 0)
     return fail(Status::Invalid(std::string("`optpipe ") + argv[1] +

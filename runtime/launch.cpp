@@ -70,10 +70,7 @@ Result<RankEnv> rank_env() {
 }
 
 Status launch_local(const LaunchSpec& spec) {
-  char exe[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return Status::Invalid("cannot find this executable (/proc/self/exe)");
-  exe[n] = 0;
+  const char* exe = spec.argv.at(0).c_str();
   const int port = free_tcp_port();
   if (port <= 0) return Status::Invalid("no free TCP port on 127.0.0.1 for the rendezvous");
 
@@ -93,8 +90,7 @@ Status launch_local(const LaunchSpec& spec) {
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       setenv("OPTPIPE_RUN_DIR", spec.run_dir.c_str(), 1);
       std::vector<char*> args;
-      args.push_back(exe);
-      for (size_t i = 1; i < spec.argv.size(); i++) args.push_back(const_cast<char*>(spec.argv[i].c_str()));
+      for (const std::string& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
       execv(exe, args.data());
       _exit(127);

@@ -14,7 +14,7 @@
 namespace optpipe::runtime {
 
 struct LaunchSpec {
-  std::vector<std::string> argv;  // argv[0] is replaced by this executable's path
+  std::vector<std::string> argv;  // argv[0]: the executable every rank runs
   int world_size = 1;
   std::string run_dir;
   double grace_s = 10;

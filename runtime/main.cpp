@@ -101,10 +101,13 @@ Status parse_fault(const std::string& text, std::string* kind, int* rank) {
 // directory (index = rank).
 Result<std::vector<std::string>> launch_and_collect(const std::vector<std::string>& argv, int world_size, double timeout_s) {
   using R = Result<std::vector<std::string>>;
+  std::vector<std::string> ranks_argv = argv;
+  ranks_argv.at(0) = executable_path();
+  if (ranks_argv[0].empty()) return R::Error(Status::Invalid("cannot find this executable (/proc/self/exe)"));
   char tmpl[] = "/tmp/optpipe-run-XXXXXX";
   if (!mkdtemp(tmpl)) return R::Error(Status::Invalid("cannot create a run directory in /tmp"));
   const std::string run_dir = tmpl;
-  Status st = launch_local({argv, world_size, run_dir, timeout_s + 5});
+  Status st = launch_local({ranks_argv, world_size, run_dir, timeout_s + 5});
   std::vector<std::string> texts;
   for (int r = 0; r < world_size && st.ok(); r++) {
     Result<std::string> text = read_text_file(run_dir + "/rank" + std::to_string(r) + ".json");
