@@ -162,28 +162,20 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     return out;
   }
 
-  // Every family that applies, then greedy schedules, each scored; the best first. Building them
-  // may take up to half the time limit.
+  // Every family that applies, then greedy schedules, each scored; the best first. Every family
+  // is built and checked whatever the time limit (that is cheap, and the answer must never be
+  // slower than a family that fits); their repairs and the greedy starts take at most half of it.
   const Clock::time_point deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s / 2));
-  // Every family is built and scored whatever the time limit (that is cheap, and the answer
-  // must never be slower than a family that fits); only the repairs and greedy starts wait on
-  // the clock.
-  std::vector<std::pair<std::string, FamilySchedule>> built;
-  for (const Family& f : families()) {
-    Result<FamilySchedule> fs = build_family(f, p);
-    if (!fs.ok()) continue;
-    SimResult sim = simulate(fs.value.problem, fs.value.schedule, {.op_times = false});
-    OPTPIPE_CHECK(sim.ok(), std::string("family ") + f.name + " must simulate");
-    if (fits_budget(fs.value.problem, sim.timeline) && (out.stats.baseline_family.empty() || sim.timeline.makespan_us < out.stats.baseline_makespan_us)) {
-      out.stats.baseline_family = f.name;
-      out.stats.baseline_makespan_us = sim.timeline.makespan_us;
-      out.stats.baseline_idle_us = sim.timeline.idle_us;
-    }
-    built.emplace_back(f.name, std::move(fs.value));
+  std::vector<FamilyRun> runs = run_families(p, {.op_times = false});
+  if (const FamilyRun* best = fastest_fitting(runs)) {
+    out.stats.baseline_family = best->family->name;
+    out.stats.baseline_makespan_us = best->timeline.makespan_us;
+    out.stats.baseline_idle_us = best->timeline.idle_us;
   }
   std::vector<Start> starts;
-  for (auto& [name, fs] : built) add_start(name, std::move(fs), deadline, &starts);
+  for (FamilyRun& run : runs)
+    if (run.status.ok()) add_start(run.family->name, std::move(run.built), deadline, &starts);
   bool out_of_time = Clock::now() > deadline;
   OPTPIPE_CHECK(!starts.empty(), "at least 1f1b applies to every problem");
   if (!out_of_time) add_greedy_starts(p, deadline, &out_of_time, &starts);
