@@ -82,8 +82,8 @@ struct OptimizeResult {
   Problem problem;    // the input re-cut to the schedule's placement
   Schedule schedule;  // the best found (over budget when the outcome is kInfeasible)
   Timeline timeline;  // its simulation, with op times and memory curves
-  double lower_bound_us = 0;  // no schedule of the placements searched can be faster (the
-                              // simple bound, or the MILP's proven one with `exact`)
+  double lower_bound_us = 0;  // no schedule of the placements searched can be faster
+                              // (makespan_lower_bound, or with `exact` the CP or MILP proof)
   double gap = 0;             // (makespan − bound) / makespan
   // Per device: the budget the returned schedule needs (its peak) and a proven lower bound on
   // what any schedule needs. Filled in every outcome.

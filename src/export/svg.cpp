@@ -22,7 +22,6 @@ std::string fmt(const char* format, double a) {
   return buf;
 }
 
-
 // A tick step of 1, 2 or 5 × 10^k giving about `target` ticks over `span`.
 double nice_step(double span, int target) {
   const double raw = span / target;

@@ -3,10 +3,10 @@
 // overflow — then simulating again, since the peak moves. With `every_overflow`, one round goes
 // on along the device's memory curve past the peak's fix, with what the changes free taken off,
 // and treats every overflow: far fewer simulations on large schedules, but the freed bytes are
-// estimates, so it can change more activations than needed. An activation is offloaded when its transfer out can finish before the
-// overflow and its transfer back can start after it (that costs no compute), else recomputed;
-// among equals, the one whose backward comes last goes first (it is the one kept longest for
-// nothing).
+// estimates, so it can change more activations than needed. An activation is offloaded when its
+// transfer out can finish before the overflow and its transfer back can start after it (that
+// costs no compute), else recomputed; among equals, the one whose backward comes last goes first
+// (it is the one kept longest for nothing).
 #include <algorithm>
 #include <queue>
 
