@@ -140,8 +140,8 @@ int main(int argc, char** argv) {
 
   std::vector<Row> rows;
   int violations = 0;
-  std::printf("%-30s %4s %5s %-6s %-16s %11s %11s %9s %7s %6s %7s\n", "instance", "D", "M", "budget", "best family",
-              "family", "optimized", "idle cut", "gap", "time", "limited");
+  std::printf("%-30s %4s %5s %-6s %-16s %11s %11s %9s %7s %6s %11s\n", "instance", "D", "M", "budget", "best family",
+              "family", "optimized", "idle cut", "gap", "time", "mem-limited");
   for (const json& spec : suite.at("instances")) {
     const std::string name = spec.at("name").get<std::string>();
     if (quick && std::find(quick_names.begin(), quick_names.end(), name) == quick_names.end()) continue;
@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
     row.stopped_by_time = r.stats.stopped_by_time;
     const bool fits = r.outcome != Outcome::kInfeasible;
     const double idle_cut = best && row.baseline_idle_us > 0 && fits ? 1 - row.optimized_idle_us / row.baseline_idle_us : 0;
-    std::printf("%-30s %4d %5d %-6s %-16s %11s %11s %8.1f%% %6.1f%% %5.1fs %7s\n", name.c_str(), row.devices,
+    std::printf("%-30s %4d %5d %-6s %-16s %11s %11s %8.1f%% %6.1f%% %5.1fs %11s\n", name.c_str(), row.devices,
                 row.microbatches, row.budget.c_str(), best ? best->family->name : "(none fits)",
                 best ? format_us(row.baseline_us).c_str() : "-", fits ? format_us(row.optimized_us).c_str() : "no fit",
                 100 * idle_cut, 100 * row.gap, row.wall_s, row.memory_limited ? "yes" : "no");
