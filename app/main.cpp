@@ -516,6 +516,9 @@ int main(int argc, char** argv) {
     c->add_option("--threads", opt.threads, "parallel searches")->check(CLI::Range(1, 256));
     c->add_flag("--quiet,-q", quiet, "no progress on stderr");
     c->add_flag("--exact", opt.exact, "then the exact models (CP on Gecode, MILP on CBC; small problems): a better schedule or a tighter bound");
+    c->add_option("--max-evaluations", opt.max_evaluations,
+                  "search budget in candidates, for repeatable runs (0: search until the time limit)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   };
   std::vector<std::string> chart_families = {"1f1b"};
   CLI::App* report_cmd = app.add_subcommand("report", "write an HTML page: comparison table and charts");
@@ -528,8 +531,6 @@ int main(int argc, char** argv) {
   CLI::App* optimize_cmd = app.add_subcommand("optimize", "the fastest schedule that fits the budget, with a lower bound");
   add_problem(optimize_cmd);
   add_optimizer_options(optimize_cmd);
-  optimize_cmd->add_option("--max-evaluations", opt.max_evaluations, "search budget in candidates (0: by problem size)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   optimize_cmd->add_option("--out,-o", out_path, "write the schedule JSON here");
   add_json(optimize_cmd);
 

@@ -65,7 +65,7 @@ check "unknown family" 1 "unknown family" -- "$bin" schedule --family nosuch
 python3 -c 'import json; s=json.load(open("'"$tmp/zbv.json"'")); s["devices"][0]["compute"].pop(); json.dump(s, open("'"$tmp/short.json"'","w"))'
 check "invalid schedule" 1 "is missing" -- "$bin" simulate --schedule "$tmp/short.json"
 
-check "report writes HTML" 0 "wrote" -- "$bin" report -o "$tmp/r.html"
+check "report writes HTML" 0 "wrote" -- "$bin" report --time-limit 2 -o "$tmp/r.html"
 grep -q "<svg" "$tmp/r.html" && echo "ok   report has charts" || { echo "FAIL report has no SVG"; failures=$((failures + 1)); }
 check "export svg" 0 "" -- "$bin" export --family zb-v --format svg -o "$tmp/zbv.svg"
 check "export needs a schedule or a family" 2 "either --schedule" -- "$bin" export --format csv
@@ -90,9 +90,9 @@ check "optimize infeasible exits 3" 3 "nothing found fits the budget" -- "$bin" 
 check "optimize progress on stderr" 0 "candidates" -- "$bin" optimize --max-evaluations 2000
 
 # plan: cost model → families + optimizer → one table.
-check "plan" 0 "optimized" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 30GiB -q --time-limit 20 -o "$tmp/plan.json" --report "$tmp/plan.html"
+check "plan" 0 "optimized" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 30GiB -q --max-evaluations 5000 -o "$tmp/plan.json" --report "$tmp/plan.html"
 grep -q "Optimized" "$tmp/plan.html" && echo "ok   plan --report charts the optimized schedule" || { echo "FAIL plan report"; failures=$((failures + 1)); }
-"$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 30GiB -q --json -o "$tmp/plan2.json" > "$tmp/plan_result.json"
+"$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 30GiB -q --max-evaluations 5000 --json -o "$tmp/plan2.json" > "$tmp/plan_result.json"
 python3 - "$tmp/plan_result.json" <<'PY' || failures=$((failures + 1))
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -103,12 +103,12 @@ assert not fitting or rows["optimized"]["makespan_us"] <= min(fitting) + 1e-6
 assert rows["optimized"]["lower_bound_us"] <= rows["optimized"]["makespan_us"]
 print("ok   plan --json: the optimized schedule fits and is not slower than any fitting family")
 PY
-check "plan writes its problem" 0 "" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 30GiB -q -o "$tmp/plan3.json" --problem-out "$tmp/plan_problem.json"
+check "plan writes its problem" 0 "" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 30GiB -q --max-evaluations 2000 -o "$tmp/plan3.json" --problem-out "$tmp/plan_problem.json"
 check "plan's schedule on plan's problem fits" 0 "fits the budget" -- "$bin" simulate --schedule "$tmp/plan3.json" --problem "$tmp/plan_problem.json"
 check "plan unknown model" 1 "unknown model" -- "$bin" plan --model gpt-9000
 check "plan bad budget" 1 "--budget" -- "$bin" plan --budget lots
 check "plan bad cluster" 1 "unknown GPU" -- "$bin" plan --cluster 8xtpu
-check "plan too small a budget" 3 "nothing found fits" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 10GiB -q
+check "plan too small a budget" 3 "nothing found fits" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 10GiB -q --max-evaluations 2000
 
 # Usage errors: exit 2.
 check "optimize bad threads" 2 "" -- "$bin" optimize --threads 0

@@ -12,7 +12,7 @@ if [ -z "$chromium_bin" ]; then
   echo "FAIL: chromium is not installed (./scripts/setup.sh --test installs it)"; exit 1
 fi
 
-"$bin" report -o "$tmp/report.html"
+"$bin" report --time-limit 2 -o "$tmp/report.html"
 # Flags for a closed network and a root user; a fresh profile every time.
 timeout 120 "$chromium_bin" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync --hide-scrollbars \

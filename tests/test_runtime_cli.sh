@@ -71,7 +71,7 @@ for d in p["devices"]:
     d["mem_budget_bytes"] = d["static_bytes"] + int(3 * max(acts))  # 1.5 linear stages
 json.dump(p, open(sys.argv[2], "w"))
 PY
-"$bin" optimize --problem "$tmp/tight.json" --time-limit 5 -q -o "$tmp/opt.json" > "$tmp/opt.out" 2>&1 || { fail "optimize tight"; cat "$tmp/opt.out"; }
+"$bin" optimize --problem "$tmp/tight.json" --max-evaluations 5000 -q -o "$tmp/opt.json" > "$tmp/opt.out" 2>&1 || { fail "optimize tight"; cat "$tmp/opt.out"; }
 if grep -qE '"(OFFLOAD|R)[0-9]' "$tmp/opt.json"; then
   echo "ok   optimized schedule offloads/recomputes: $(grep -oE '"(OFFLOAD|R)[0-9]+ s[0-9]+"' "$tmp/opt.json" | sed 's/[0-9 s"]//g' | sort | uniq -c | tr '\n' ' ')"
 else

@@ -46,9 +46,11 @@ struct Progress {
 
 struct OptimizeOptions {
   double time_limit_s = 10;  // wall-clock cap; the best so far is returned when it binds
-  // The search's own budget, in simulated candidates (0: chosen from the problem's size). It is
-  // what makes runs repeatable: the same seed and threads give the same answer unless the time
-  // limit binds first (then Result::stats.stopped_by_time says so).
+  // The search's own budget, in simulated candidates. It is what makes runs repeatable: the same
+  // seed and threads give the same answer unless the time limit binds first (then
+  // Result::stats.stopped_by_time says so). 0: search until the time limit, or until the best
+  // schedule meets the lower bound (with `exact`: a budget from the problem's size, so that the
+  // exact models get the time left).
   int64_t max_evaluations = 0;
   uint64_t seed = 0;
   int threads = 1;

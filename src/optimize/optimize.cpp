@@ -77,7 +77,7 @@ void add_greedy_starts(const Problem& p, Clock::time_point deadline, bool* out_o
     Result<Problem> re = rechunk(p, pl.placement, pl.v);
     if (!re.ok()) continue;
     const int most = std::min(p.num_microbatches * pl.v, 2 * p.num_devices * pl.v);
-    for (int k = 1; k <= most; k += std::max(1, k / 2)) {
+    for (int k = 1;; k = std::min(most, k + std::max(1, k / 2))) {
       for (bool split : {true, false}) {
         if (Clock::now() > deadline) {
           *out_of_time = true;
@@ -92,6 +92,7 @@ void add_greedy_starts(const Problem& p, Clock::time_point deadline, bool* out_o
                       std::to_string(k) + (split ? "" : " fused"),
                   {re.value, std::move(s.value)}, deadline, starts);
       }
+      if (k == most) break;
     }
   }
 }
@@ -199,12 +200,15 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   auto overall_bound = [&] { return *std::min_element(placement_bounds.begin(), placement_bounds.end()); };
   double bound = overall_bound();
 
-  // Each thread first searches its share of those starts briefly (thread k takes starts k, k+T,
-  // ...), then spends the rest of its budget on the best it found.
+  // Each thread takes its share of those starts (thread k takes starts k, k+T, ...) and races
+  // them by successive halving: every search runs a slice, the better half goes on from where it
+  // stands with twice the slice, until one is left. A start that looks worse early but improves
+  // faster is not dropped after one short look.
   const size_t ops = starts[0].built.schedule.num_ops();
   const int64_t budget = options.max_evaluations > 0
                              ? options.max_evaluations
                              : std::clamp<int64_t>(static_cast<int64_t>(2e8 / std::max<size_t>(ops, 1)), 2000, 300000);
+  const bool until_time = options.max_evaluations == 0 && !options.exact;
   SearchShared shared;
   std::atomic<int> finished{0};
   std::vector<SearchResult> results(threads);
@@ -212,29 +216,50 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   std::vector<std::thread> workers;
   for (int k = 0; k < threads; k++) {
     workers.emplace_back([&, k] {
-      std::vector<int> mine;
-      for (int i = k; i < num_searches; i += threads) mine.push_back(i);
-      if (mine.empty()) mine.push_back(0);
-      const int64_t first = budget / 2 / static_cast<int64_t>(mine.size());
-      const uint64_t seed = options.seed * 1000003 + static_cast<uint64_t>(k) * 7919;
-      SearchResult best;
-      int best_start = -1;
-      int64_t used = 0;
-      for (int i : mine) {
-        const Start& st = starts[i];
-        SearchResult r = local_search(st.built.problem, st.built.schedule, seed + i, first, shared);
-        used += r.evaluations;
-        if (best_start < 0 || r.best_score < best.best_score) {
-          best = std::move(r);
-          best_start = i;
-        }
+      struct Racer {
+        int start;
+        SearchResult result;
+      };
+      std::vector<Racer> racers;
+      for (int i = k; i < num_searches; i += threads) racers.push_back({i, {}});
+      if (racers.empty()) racers.push_back({0, {}});
+      for (Racer& r : racers) {
+        r.result.best = starts[r.start].built.schedule;
+        r.result.best_score = starts[r.start].score;
       }
-      const Problem& bp = starts[best_start].built.problem;
-      SearchResult more = local_search(bp, best.best, seed + 1, std::max<int64_t>(0, budget - used), shared);
-      more.evaluations += used;
-      more.improvements += best.improvements;
-      results[k] = std::move(more);
-      result_start[k] = best_start;
+      int rounds = 1;
+      while ((size_t{1} << (rounds - 1)) < racers.size()) rounds++;
+      // Each round spends about the same share: n searches × slice, then n/2 × 2·slice, ...
+      int64_t slice = std::max<int64_t>(1, budget / rounds / static_cast<int64_t>(racers.size()));
+      int64_t evaluations = 0, improvements = 0;
+      const uint64_t seed = options.seed * 1000003 + static_cast<uint64_t>(k) * 7919;
+      for (int round = 0; round < rounds && !shared.stop; round++) {
+        for (Racer& r : racers) {
+          SearchResult more = local_search(starts[r.start].built.problem, r.result.best,
+                                           seed + static_cast<uint64_t>(r.start) * 31 + round, slice, shared);
+          evaluations += more.evaluations;
+          improvements += more.improvements;
+          if (more.best_score < r.result.best_score) r.result = std::move(more);
+        }
+        // Ties keep the earlier (better-scored) start, so the race does not depend on timing.
+        std::stable_sort(racers.begin(), racers.end(),
+                         [](const Racer& a, const Racer& b) { return a.result.best_score < b.result.best_score; });
+        racers.resize((racers.size() + 1) / 2);
+        slice *= 2;
+      }
+      // Without a budget of its own (and the exact models to leave time for), the winner is
+      // searched on until the time limit or a proven optimum stops it, each slice from the best.
+      for (uint64_t again = 1; until_time && !shared.stop; again++) {
+        SearchResult more = local_search(starts[racers[0].start].built.problem, racers[0].result.best,
+                                         seed + again * 1000033, slice, shared);
+        evaluations += more.evaluations;
+        improvements += more.improvements;
+        if (more.best_score < racers[0].result.best_score) racers[0].result = std::move(more);
+      }
+      results[k] = std::move(racers[0].result);
+      results[k].evaluations = evaluations;
+      results[k].improvements = improvements;
+      result_start[k] = racers[0].start;
       finished++;
     });
   }
@@ -246,6 +271,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
       shared.stop = true;
       out.stats.stopped_by_time = true;
     }
+    const double best = shared.best_fitting_makespan_us.load();
+    if (until_time && best > 0 && best <= bound * (1 + 1e-12)) shared.stop = true;
     if (options.progress && elapsed - last_progress >= 0.5) {
       options.progress({elapsed, shared.evaluations.load(), shared.best_fitting_makespan_us.load(), bound});
       last_progress = elapsed;
