@@ -229,37 +229,39 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
       }
       int rounds = 1;
       while ((size_t{1} << (rounds - 1)) < racers.size()) rounds++;
-      // Each round spends about the same share: n searches × slice, then n/2 × 2·slice, ...
-      int64_t slice = std::max<int64_t>(1, budget / rounds / static_cast<int64_t>(racers.size()));
       int64_t evaluations = 0, improvements = 0;
       const uint64_t seed = options.seed * 1000003 + static_cast<uint64_t>(k) * 7919;
-      for (int round = 0; round < rounds && !shared.stop; round++) {
-        for (Racer& r : racers) {
-          SearchResult more = local_search(starts[r.start].built.problem, r.result.best,
-                                           seed + static_cast<uint64_t>(r.start) * 31 + round, slice, shared);
-          evaluations += more.evaluations;
-          improvements += more.improvements;
-          if (more.best_score < r.result.best_score) r.result = std::move(more);
+      // One race spends the budget; without a budget of its own (and with no exact models to
+      // leave time for) the search races again with twice the budget, every start going on from
+      // where it stood, until the time limit or a proven optimum stops it. A start dropped early
+      // gets a longer look in the next race.
+      for (int64_t race_budget = until_time ? std::max<int64_t>(1, budget / 8) : budget, race = 0; race == 0 || (until_time && !shared.stop); race_budget *= 2, race++) {
+        std::vector<Racer*> field;
+        for (Racer& r : racers) field.push_back(&r);
+        // Each round spends about the same share: n searches × slice, then n/2 × 2·slice, ...
+        int64_t slice = std::max<int64_t>(1, race_budget / rounds / static_cast<int64_t>(field.size()));
+        for (int round = 0; round < rounds && !shared.stop; round++) {
+          for (Racer* r : field) {
+            SearchResult more = local_search(starts[r->start].built.problem, r->result.best,
+                                             seed + static_cast<uint64_t>(r->start) * 31 + race * 7 + round, slice, shared);
+            evaluations += more.evaluations;
+            improvements += more.improvements;
+            if (more.best_score < r->result.best_score) r->result = std::move(more);
+          }
+          // Ties keep the earlier (better-scored) start, so the race does not depend on timing.
+          std::stable_sort(field.begin(), field.end(),
+                           [](const Racer* a, const Racer* b) { return a->result.best_score < b->result.best_score; });
+          field.resize((field.size() + 1) / 2);
+          slice *= 2;
         }
-        // Ties keep the earlier (better-scored) start, so the race does not depend on timing.
-        std::stable_sort(racers.begin(), racers.end(),
-                         [](const Racer& a, const Racer& b) { return a.result.best_score < b.result.best_score; });
-        racers.resize((racers.size() + 1) / 2);
-        slice *= 2;
       }
-      // Without a budget of its own (and the exact models to leave time for), the winner is
-      // searched on until the time limit or a proven optimum stops it, each slice from the best.
-      for (uint64_t again = 1; until_time && !shared.stop; again++) {
-        SearchResult more = local_search(starts[racers[0].start].built.problem, racers[0].result.best,
-                                         seed + again * 1000033, slice, shared);
-        evaluations += more.evaluations;
-        improvements += more.improvements;
-        if (more.best_score < racers[0].result.best_score) racers[0].result = std::move(more);
-      }
-      results[k] = std::move(racers[0].result);
+      const Racer& won = *std::min_element(racers.begin(), racers.end(), [](const Racer& a, const Racer& b) {
+        return a.result.best_score < b.result.best_score;
+      });
+      results[k] = won.result;
       results[k].evaluations = evaluations;
       results[k].improvements = improvements;
-      result_start[k] = racers[0].start;
+      result_start[k] = won.start;
       finished++;
     });
   }
