@@ -260,3 +260,27 @@ TEST(Repair, BothModesFitWhatTheyCan) {
     }
   }
 }
+
+// With room for every activation and M = D, the breadth-first interleaved order (every forward
+// of a chunk, then the next chunk's) meets the warm-up bound; the greedy builds it only under the
+// limit of every activation alive, which it must try.
+TEST(Optimize, EveryActivationAliveIsAGreedyStart) {
+  UniformSpec u;
+  u.num_devices = 8;
+  u.num_microbatches = 8;
+  OptimizeResult r = optimize(make_uniform_problem(u), quick(2000));
+  expect_checked(r);
+  EXPECT_EQ(r.outcome, Outcome::kOptimal) << r.timeline.makespan_us << " vs bound " << r.lower_bound_us;
+  EXPECT_EQ(r.problem.placement, Placement::kInterleaved);
+}
+
+// Without an evaluation budget the search runs until the time limit, unless its best schedule
+// meets the lower bound: then it stops there.
+TEST(Optimize, SearchUntilTheTimeLimitStopsAtAProvenOptimum) {
+  OptimizeOptions o;
+  o.time_limit_s = 60;
+  OptimizeResult r = optimize(default_problem(), o);
+  expect_checked(r);
+  EXPECT_EQ(r.outcome, Outcome::kOptimal);
+  EXPECT_FALSE(r.stats.stopped_by_time);
+}

@@ -234,8 +234,10 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
       // One race spends the budget; without a budget of its own (and with no exact models to
       // leave time for) the search races again with twice the budget, every start going on from
       // where it stood, until the time limit or a proven optimum stops it. A start dropped early
-      // gets a longer look in the next race.
-      for (int64_t race_budget = until_time ? std::max<int64_t>(1, budget / 8) : budget, race = 0; race == 0 || (until_time && !shared.stop); race_budget *= 2, race++) {
+      // gets a longer look in the next race. Then the first race is small, so that several fit
+      // in the limit.
+      int64_t race_budget = until_time ? std::max<int64_t>(1, budget / 8) : budget;
+      for (uint64_t race = 0; race == 0 || (until_time && !shared.stop); race++, race_budget *= 2) {
         std::vector<Racer*> field;
         for (Racer& r : racers) field.push_back(&r);
         // Each round spends about the same share: n searches × slice, then n/2 × 2·slice, ...
@@ -243,7 +245,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
         for (int round = 0; round < rounds && !shared.stop; round++) {
           for (Racer* r : field) {
             SearchResult more = local_search(starts[r->start].built.problem, r->result.best,
-                                             seed + static_cast<uint64_t>(r->start) * 31 + race * 7 + round, slice, shared);
+                                             seed + static_cast<uint64_t>(r->start) * 31 + race * 7 + static_cast<uint64_t>(round), slice, shared);
             evaluations += more.evaluations;
             improvements += more.improvements;
             if (more.best_score < r->result.best_score) r->result = std::move(more);
