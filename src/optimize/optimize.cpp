@@ -40,60 +40,87 @@ struct Start {
 
 constexpr size_t kLargeScheduleOps = 20000;
 
-// A start, and when it overflows the budget (and there is time), the same order with
-// activations offloaded where their lifespans allow and then offloaded or recomputed at every
-// remaining peak.
+// A start, scored; when it overflows the budget (and there is time), also the same order with
+// every activation offloaded whose lifespan covers the round trip, which often fits outright.
 void add_start(const std::string& name, FamilySchedule built, Clock::time_point deadline, std::vector<Start>* starts) {
   Score sc;
   if (!score_schedule(built.problem, built.schedule, &sc)) return;
   if (sc.overflow_bytes > 0 && Clock::now() < deadline) {
-    const int max_rounds = 4 * built.problem.num_microbatches;  // simulations
-    // Fixing one peak per simulation needs too many simulations of a large schedule to finish
-    // in the time limit (D=32, M=256: ~90% of 10 s); there every overflow is fixed per round.
-    const bool every_overflow = built.schedule.num_ops() > kLargeScheduleOps;
-    const Schedule offloaded = add_offloads(built.problem, built.schedule);
-    const struct {
-      const char* suffix;
-      Schedule schedule;
-    } variants[] = {{" +repair", repair_memory(built.problem, built.schedule, max_rounds, every_overflow, deadline)},
-                    {" +offload+repair", repair_memory(built.problem, offloaded, max_rounds, every_overflow, deadline)}};
-    for (const auto& v : variants) {
-      Score vs;
-      if (score_schedule(built.problem, v.schedule, &vs) && vs < sc)
-        starts->push_back({name + v.suffix, {built.problem, v.schedule}, vs});
-    }
+    Schedule offloaded = add_offloads(built.problem, built.schedule);
+    Score os;
+    if (score_schedule(built.problem, offloaded, &os) && os < sc)
+      starts->push_back({name + " +offload", {built.problem, std::move(offloaded)}, os});
   }
   starts->push_back({name, std::move(built), sc});
 }
 
-// Greedy list schedules on the common placements, under activation limits from one per device
-// up to what an unconstrained pipeline keeps: starts for every budget in between.
+// Greedy list schedules on the common placements, under activation limits from what an
+// unconstrained pipeline keeps down to one per device: starts for every budget in between. The
+// largest limits come first, on every placement, as they are the fastest once offloaded.
 void add_greedy_starts(const Problem& p, Clock::time_point deadline, bool* out_of_time, std::vector<Start>* starts) {
-  const struct {
+  struct Placed {
     Placement placement;
     int v;
-  } kPlacements[] = {{Placement::kLinear, 1}, {Placement::kVShape, 2}, {Placement::kInterleaved, 2}};
-  for (const auto& pl : kPlacements) {
-    Result<Problem> re = rechunk(p, pl.placement, pl.v);
-    if (!re.ok()) continue;
-    const int most = std::min(p.num_microbatches * pl.v, 2 * p.num_devices * pl.v);
+    Result<Problem> problem;
+    std::vector<int> limits;  // descending
+  };
+  std::vector<Placed> placed;
+  size_t most_limits = 0;
+  for (const auto& [placement, v] : {std::pair{Placement::kLinear, 1}, {Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
+    Placed pl{placement, v, rechunk(p, placement, v), {}};
+    if (!pl.problem.ok()) continue;
+    const int most = std::min(p.num_microbatches * v, 2 * p.num_devices * v);
     for (int k = 1;; k = std::min(most, k + std::max(1, k / 2))) {
+      pl.limits.insert(pl.limits.begin(), k);
+      if (k == most) break;
+    }
+    most_limits = std::max(most_limits, pl.limits.size());
+    placed.push_back(std::move(pl));
+  }
+  for (size_t i = 0; i < most_limits; i++) {
+    for (const Placed& pl : placed) {
+      if (i >= pl.limits.size()) continue;
       for (bool split : {true, false}) {
         if (Clock::now() > deadline) {
           *out_of_time = true;
           return;
         }
         ListRules rules;
-        rules.max_live.assign(p.num_devices, k);
+        rules.max_live.assign(p.num_devices, pl.limits[i]);
         rules.split_backward = split;
-        Result<Schedule> s = list_schedule(re.value, rules);
+        Result<Schedule> s = list_schedule(pl.problem.value, rules);
         if (!s.ok()) continue;
         add_start(std::string("greedy ") + placement_name(pl.placement) + " v" + std::to_string(pl.v) + " live≤" +
-                      std::to_string(k) + (split ? "" : " fused"),
-                  {re.value, std::move(s.value)}, deadline, starts);
+                      std::to_string(pl.limits[i]) + (split ? "" : " fused"),
+                  {pl.problem.value, std::move(s.value)}, deadline, starts);
       }
-      if (k == most) break;
     }
+  }
+}
+
+// The starts that still overflow, the fastest first, until the deadline: the same order with
+// activations offloaded or recomputed at every remaining peak.
+void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vector<Start>* starts) {
+  std::vector<size_t> over;
+  for (size_t i = 0; i < starts->size(); i++)
+    if ((*starts)[i].score.overflow_bytes > 0) over.push_back(i);
+  std::stable_sort(over.begin(), over.end(), [&](size_t a, size_t b) {
+    return (*starts)[a].score.makespan_us < (*starts)[b].score.makespan_us;
+  });
+  for (size_t i : over) {
+    if (Clock::now() > deadline) {
+      *out_of_time = true;
+      return;
+    }
+    const Start& st = (*starts)[i];
+    const int max_rounds = 4 * st.built.problem.num_microbatches;  // simulations
+    // Fixing one peak per simulation needs too many simulations of a large schedule to finish
+    // in the time limit (D=32, M=256: ~90% of 10 s); there every overflow is fixed per round.
+    const bool every_overflow = st.built.schedule.num_ops() > kLargeScheduleOps;
+    Schedule repaired = repair_memory(st.built.problem, st.built.schedule, max_rounds, every_overflow, deadline);
+    Score rs;
+    if (score_schedule(st.built.problem, repaired, &rs) && rs < st.score)
+      starts->push_back({st.name + " +repair", {st.built.problem, std::move(repaired)}, rs});
   }
 }
 
@@ -163,11 +190,14 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     return out;
   }
 
-  // Every family that applies, then greedy schedules, each scored; the best first. Every family
-  // is built and checked whatever the time limit (that is cheap, and the answer must never be
-  // slower than a family that fits); their repairs and the greedy starts take at most half of it.
-  const Clock::time_point deadline =
-      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s / 2));
+  // Every family that applies, then greedy schedules, each scored; then repairs of those that
+  // overflow; the best first. Every family is built and checked whatever the time limit (that is
+  // cheap, and the answer must never be slower than a family that fits); the greedy starts take
+  // at most a quarter of it, the repairs what is left of the first half.
+  auto after = [&](double share) {
+    return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s * share));
+  };
+  const Clock::time_point deadline = after(0.5);
   std::vector<FamilyRun> runs = run_families(p, {.op_times = false});
   if (const FamilyRun* best = fastest_fitting(runs)) {
     out.stats.baseline_family = best->family->name;
@@ -179,7 +209,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     if (run.status.ok()) add_start(run.family->name, std::move(run.built), deadline, &starts);
   bool out_of_time = Clock::now() > deadline;
   OPTPIPE_CHECK(!starts.empty(), "at least 1f1b applies to every problem");
-  if (!out_of_time) add_greedy_starts(p, deadline, &out_of_time, &starts);
+  if (!out_of_time) add_greedy_starts(p, after(0.25), &out_of_time, &starts);
+  add_repaired_starts(deadline, &out_of_time, &starts);
   out.stats.stopped_by_time = out_of_time;
   std::stable_sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) { return a.score < b.score; });
 
