@@ -284,3 +284,24 @@ TEST(Optimize, SearchUntilTheTimeLimitStopsAtAProvenOptimum) {
   EXPECT_EQ(r.outcome, Outcome::kOptimal);
   EXPECT_FALSE(r.stats.stopped_by_time);
 }
+
+// When B frees nothing, a W deferred past a peak holds its whole activation: the repair must run
+// such a W right after its B (no compute added), which ZB-V's W-deferring order needs under a
+// tight budget even with every long-lived activation offloaded.
+TEST(Repair, FitsWhenDeferredWsHoldTheMemory) {
+  UniformSpec u;
+  u.num_devices = 8;
+  u.num_microbatches = 32;
+  u.act_w_bytes = -u.act_f_bytes;
+  u.mem_budget_bytes = u.static_bytes + (int64_t{3} << 30);
+  Result<FamilySchedule> zbv = build_family(*find_family("zb-v"), make_uniform_problem(u));
+  ASSERT_TRUE(zbv.ok()) << zbv.status.message;
+  const Problem& p = zbv.value.problem;
+  const Schedule offloaded = add_offloads(p, zbv.value.schedule);
+  Score before;
+  ASSERT_TRUE(score_schedule(p, offloaded, &before));
+  ASSERT_GT(before.overflow_bytes, 0);
+  const Schedule repaired = repair_memory(p, offloaded, 4 * p.num_microbatches);
+  Validation v = validate(p, repaired, {.check_memory_budget = true});
+  EXPECT_TRUE(v.ok()) << v.summary();
+}

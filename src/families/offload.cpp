@@ -19,7 +19,7 @@ Result<Schedule> make_pipeoffload(const Problem& p) {
   return Result<Schedule>::Of(add_offloads(p, base.value));
 }
 
-Schedule add_offloads(const Problem& p, const Schedule& base) {
+Schedule add_offloads(const Problem& p, const Schedule& base, double reload_lead) {
   SimResult sim = simulate(p, base);
   OPTPIPE_CHECK(sim.ok(), "add_offloads needs a schedule that simulates: " + sim.status.message);
   const Timeline& t = sim.timeline;
@@ -47,12 +47,13 @@ Schedule add_offloads(const Problem& p, const Schedule& base) {
       const Op bw = backward(op);
       const double off_start = std::max(end(op), d2h_free);
       const double off_end = off_start + p.offload_us(op.stage);
-      const double reload_by = start(bw) - 2 * p.reload_us(op.stage);  // latest reload start
+      const double reload_by = start(bw) - reload_lead * p.reload_us(op.stage);  // latest reload start
       if (off_end + p.reload_us(op.stage) > reload_by) continue;
       d2h_free = off_end;
       offloaded[op_id(p, op)] = 1;
     }
-    // Reloads in backward order, anchored where the compute stream is two reload times ahead:
+    // Reloads in backward order, anchored where the compute stream is reload_lead reload times
+    // ahead:
     // at the last op before the backward that starts by then (a stream's starts never decrease).
     starts.clear();
     for (const Op& a : ds.compute) starts.push_back(start(a));
@@ -60,7 +61,7 @@ Schedule add_offloads(const Problem& p, const Schedule& base) {
       const Op op = ds.compute[j];
       if (op.kind != OpKind::kBW && op.kind != OpKind::kB) continue;
       if (!offloaded[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})]) continue;
-      const double issue_at = start(op) - 2 * p.reload_us(op.stage);
+      const double issue_at = start(op) - reload_lead * p.reload_us(op.stage);
       const size_t after = std::upper_bound(starts.begin(), starts.begin() + j, issue_at) - starts.begin();
       if (after == 0) continue;  // cannot be issued early enough: keep this activation
       ds.offloads.push_back(Op{OpKind::kOffload, op.stage, op.microbatch});

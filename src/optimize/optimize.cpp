@@ -2,6 +2,7 @@
 // thread), then the winner validated and simulated once more for the report.
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "optimize/list_scheduler.h"
@@ -41,15 +42,17 @@ struct Start {
 constexpr size_t kLargeScheduleOps = 20000;
 
 // A start, scored; when it overflows the budget (and there is time), also the same order with
-// every activation offloaded whose lifespan covers the round trip, which often fits outright.
+// every activation offloaded whose lifespan covers the round trip, which often fits outright,
+// with reloads issued two and four reload times ahead (the later ones wait less on a busy link).
 void add_start(const std::string& name, FamilySchedule built, Clock::time_point deadline, std::vector<Start>* starts) {
   Score sc;
   if (!score_schedule(built.problem, built.schedule, &sc)) return;
-  if (sc.overflow_bytes > 0 && Clock::now() < deadline) {
-    Schedule offloaded = add_offloads(built.problem, built.schedule);
+  for (int lead : {2, 4}) {
+    if (sc.overflow_bytes == 0 || Clock::now() > deadline) break;
+    Schedule offloaded = add_offloads(built.problem, built.schedule, lead);
     Score os;
     if (score_schedule(built.problem, offloaded, &os) && os < sc)
-      starts->push_back({name + " +offload", {built.problem, std::move(offloaded)}, os});
+      starts->push_back({name + " +offload" + (lead == 2 ? "" : "(lead 4)"), {built.problem, std::move(offloaded)}, os});
   }
   starts->push_back({name, std::move(built), sc});
 }
@@ -213,6 +216,22 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   add_repaired_starts(deadline, &out_of_time, &starts);
   out.stats.stopped_by_time = out_of_time;
   std::stable_sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) { return a.score < b.score; });
+  // The best start of each kind (placement; split or fused backwards) first, then the rest: how
+  // well a start scores says little of how far the search takes it, and one kind's offloaded and
+  // repaired twins must not crowd the others out of the search.
+  {
+    std::vector<Start> firsts, rest;
+    std::set<std::string> kinds;
+    for (Start& st : starts) {
+      bool fused = false;
+      for (const DeviceSchedule& ds : st.built.schedule.devices)
+        for (const Op& op : ds.compute) fused = fused || op.kind == OpKind::kBW;
+      const std::string kind = std::string(placement_name(st.built.problem.placement)) + (fused ? " fused" : " split");
+      (kinds.insert(kind).second ? firsts : rest).push_back(std::move(st));
+    }
+    for (Start& st : rest) firsts.push_back(std::move(st));
+    starts = std::move(firsts);
+  }
 
   // The best few starts are searched; the lower bound holds over every placement among them.
   const int threads = options.threads;

@@ -17,10 +17,15 @@ namespace optpipe {
 
 namespace {
 
+// What frees an activation's bytes at an overflow, cheapest first: an offload costs no compute,
+// running a deferred W right after its B costs none either (it only moves), a recompute costs t_R.
+enum class Fix { kOffload, kPullW, kRecompute };
+
 struct Candidate {
   Op back;  // the B or BW of the activation
-  bool offload;
-  double back_start_us;
+  Fix fix;
+  double back_start_us;  // with kPullW: the W's start
+  bool was_offloaded;    // offloaded, but in memory at the overflow all the same: recompute it instead
 };
 
 // Bytes a change frees until `until_us`.
@@ -36,11 +41,13 @@ bool repair_device(const Problem& p, const Timeline& t, int d, bool every_overfl
   DeviceSchedule& ds = s.devices[d];
   const int64_t budget = p.devices[d].mem_budget_bytes;
   auto at = [&](const Op& op, bool end) { return (end ? t.end_us : t.start_us)[op_id(p, op)]; };
-  // Activations already recomputed or offloaded (now or earlier), by op id of their F.
-  std::vector<char> decided(num_op_ids(p), 0);
+  // Activations already recomputed or offloaded (now or earlier), by op id of their F; and which
+  // of them the schedule offloads.
+  std::vector<char> decided(num_op_ids(p), 0), offloaded(num_op_ids(p), 0);
   for (const Op& op : ds.compute)
     if (op.kind == OpKind::kR) decided[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})] = 1;
-  for (const Op& op : ds.offloads) decided[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})] = 1;
+  for (const Op& op : ds.offloads)
+    decided[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})] = offloaded[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})] = 1;
   std::vector<Op> backs;
   for (const Op& op : ds.compute)
     if (op.kind == OpKind::kB || op.kind == OpKind::kBW) backs.push_back(op);
@@ -60,23 +67,43 @@ bool repair_device(const Problem& p, const Timeline& t, int d, bool every_overfl
     std::vector<Candidate> alive;
     for (const Op& op : backs) {
       const Op f{OpKind::kF, op.stage, op.microbatch};
-      if (decided[op_id(p, f)] || !(at(f, true) <= peak && at(op, false) > peak)) continue;
+      const Op w{OpKind::kW, op.stage, op.microbatch};
+      if (op.kind == OpKind::kB && at(op, true) <= peak && at(w, false) > peak && decided[op_id(p, w)] == 0 &&
+          p.stages[op.stage].act_w_bytes < 0) {
+        alive.push_back({op, Fix::kPullW, at(w, false), false});
+        continue;
+      }
+      if (!(at(f, true) <= peak && at(op, false) > peak)) continue;
       if (p.stages[op.stage].act_f_bytes - p.stages[op.stage].act_input_bytes <= 0) continue;
+      if (offloaded[op_id(p, f)]) {
+        // Still queued for the link, or back already: a recompute frees it, and the link too.
+        const bool resident = at(Op{OpKind::kOffload, op.stage, op.microbatch}, true) > peak ||
+                              at(Op{OpKind::kReload, op.stage, op.microbatch}, false) <= peak;
+        if (resident && decided[op_id(p, f)] == 1) alive.push_back({op, Fix::kRecompute, at(op, false), true});
+        continue;
+      }
+      if (decided[op_id(p, f)]) continue;
       const bool offload = at(f, true) + p.offload_us(op.stage) <= peak && peak + p.reload_us(op.stage) <= at(op, false);
-      alive.push_back({op, offload, at(op, false)});
+      alive.push_back({op, offload ? Fix::kOffload : Fix::kRecompute, at(op, false), false});
     }
     std::stable_sort(alive.begin(), alive.end(), [](const Candidate& a, const Candidate& b) {
-      return a.offload != b.offload ? a.offload : a.back_start_us > b.back_start_us;
+      return a.fix != b.fix ? a.fix < b.fix : a.back_start_us > b.back_start_us;
     });
     for (const Candidate& c : alive) {
       if (over <= 0) break;
       const Op& back = c.back;
       const StageSpec& st = p.stages[back.stage];
-      decided[op_id(p, Op{OpKind::kF, back.stage, back.microbatch})] = 1;
+      const Op w{OpKind::kW, back.stage, back.microbatch};
+      decided[op_id(p, c.fix == Fix::kPullW ? w : Op{OpKind::kF, back.stage, back.microbatch})] = 2;
       changed = true;
       int64_t bytes;
       double until;
-      if (c.offload) {
+      if (c.fix == Fix::kPullW) {
+        ds.compute.erase(ds.compute.begin() + find_op(ds.compute, w));
+        ds.compute.insert(ds.compute.begin() + find_op(ds.compute, back) + 1, w);
+        bytes = -st.act_w_bytes;
+        until = c.back_start_us;
+      } else if (c.fix == Fix::kOffload) {
         // Reload issued at the first compute op after the overflow that still lands it in time.
         const int b = backward_index(ds.compute, back.stage, back.microbatch);
         const double rel_us = p.reload_us(back.stage);
@@ -91,6 +118,7 @@ bool repair_device(const Problem& p, const Timeline& t, int d, bool every_overfl
         until = at(ds.compute[anchor], false);  // NaN when the anchor is a recompute added this round
         if (!(until >= 0)) until = c.back_start_us - rel_us;
       } else {
+        if (c.was_offloaded) remove_offload(ds, back.stage, back.microbatch);
         ds.compute.insert(ds.compute.begin() + backward_index(ds.compute, back.stage, back.microbatch),
                           Op{OpKind::kR, back.stage, back.microbatch});
         bytes = st.act_f_bytes - st.act_input_bytes;

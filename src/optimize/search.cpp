@@ -51,6 +51,19 @@ void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor) {
   ds.reloads.insert(ds.reloads.begin() + at, {Op{OpKind::kReload, stage, microbatch}, ds.compute[anchor]});
 }
 
+void remove_offload(DeviceSchedule& ds, int stage, int microbatch) {
+  for (size_t k = 0; k < ds.offloads.size(); k++)
+    if (ds.offloads[k].stage == stage && ds.offloads[k].microbatch == microbatch) {
+      ds.offloads.erase(ds.offloads.begin() + k);
+      break;
+    }
+  for (size_t k = 0; k < ds.reloads.size(); k++)
+    if (ds.reloads[k].reload.stage == stage && ds.reloads[k].reload.microbatch == microbatch) {
+      ds.reloads.erase(ds.reloads.begin() + k);
+      break;
+    }
+}
+
 namespace {
 
 // Does `y` need `x` to come first on the same compute stream?
@@ -155,15 +168,8 @@ class Mover {
     const int i = pick(static_cast<int>(ops.size()));
     const Op op = ops[i];
     if (op.kind != OpKind::kB && op.kind != OpKind::kBW) return false;
-    const Op off{OpKind::kOffload, op.stage, op.microbatch};
-    const int o = find_op(ds.offloads, off);
-    if (o >= 0) {
-      ds.offloads.erase(ds.offloads.begin() + o);
-      for (size_t k = 0; k < ds.reloads.size(); k++)
-        if (ds.reloads[k].reload.stage == op.stage && ds.reloads[k].reload.microbatch == op.microbatch) {
-          ds.reloads.erase(ds.reloads.begin() + k);
-          break;
-        }
+    if (offloaded(ds, op)) {
+      remove_offload(ds, op.stage, op.microbatch);
       return true;
     }
     if (find_op(ops, Op{OpKind::kR, op.stage, op.microbatch}) >= 0) return false;

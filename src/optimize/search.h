@@ -49,6 +49,9 @@ int backward_index(const std::vector<Op>& compute, int stage, int microbatch);
 // by their backward).
 void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor);
 
+// Keeps F(stage, microbatch)'s activation on the device again: its offload and reload go.
+void remove_offload(DeviceSchedule& ds, int stage, int microbatch);
+
 // Offloads or recomputes activations alive at overflowing peaks (with every_overflow: at every
 // overflow) until the schedule fits, or nothing alive there is left to move, or max_rounds
 // simulations are spent, or the deadline passes. Returns the changed schedule.
