@@ -53,8 +53,8 @@ Schedule add_offloads(const Problem& p, const Schedule& base, double reload_lead
       offloaded[op_id(p, op)] = 1;
     }
     // Reloads in backward order, anchored where the compute stream is reload_lead reload times
-    // ahead:
-    // at the last op before the backward that starts by then (a stream's starts never decrease).
+    // ahead: at the last op before the backward that starts by then (a stream's starts never
+    // decrease).
     starts.clear();
     for (const Op& a : ds.compute) starts.push_back(start(a));
     for (size_t j = 0; j < ds.compute.size(); j++) {

@@ -1,5 +1,6 @@
-// The optimizer's driver: every family as a start, local search from the best ones (one per
-// thread), then the winner validated and simulated once more for the report.
+// The optimizer's driver: every family and greedy schedule as a start (offloaded and repaired
+// where it overflows), a race of local searches from the best of them, then the winner validated
+// and simulated once more for the report.
 #include <algorithm>
 #include <chrono>
 #include <set>
@@ -120,10 +121,11 @@ void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vec
     // Fixing one peak per simulation needs too many simulations of a large schedule to finish
     // in the time limit (D=32, M=256: ~90% of 10 s); there every overflow is fixed per round.
     const bool every_overflow = st.built.schedule.num_ops() > kLargeScheduleOps;
-    Schedule repaired = repair_memory(st.built.problem, st.built.schedule, max_rounds, every_overflow, deadline);
-    Score rs;
-    if (score_schedule(st.built.problem, repaired, &rs) && rs < st.score)
-      starts->push_back({st.name + " +repair", {st.built.problem, std::move(repaired)}, rs});
+    Start repaired{st.name + " +repair",
+                   {st.built.problem, repair_memory(st.built.problem, st.built.schedule, max_rounds, every_overflow, deadline)},
+                   {}};
+    if (score_schedule(repaired.built.problem, repaired.built.schedule, &repaired.score) && repaired.score < st.score)
+      starts->push_back(std::move(repaired));  // st is not used past this point: the push may move it
   }
 }
 

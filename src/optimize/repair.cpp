@@ -5,8 +5,10 @@
 // and treats every overflow: far fewer simulations on large schedules, but the freed bytes are
 // estimates, so it can change more activations than needed. An activation is offloaded when its
 // transfer out can finish before the overflow and its transfer back can start after it (that
-// costs no compute), else recomputed; among equals, the one whose backward comes last goes first
-// (it is the one kept longest for nothing).
+// costs no compute); one whose B is done but whose W was left for later has the W run right
+// after its B (no compute either); else it is recomputed — an offloaded one too, when it is in
+// memory at the overflow all the same (still queued for the link, or back already). Among
+// equals, the one whose backward (or W) comes last goes first: it is kept longest for nothing.
 #include <algorithm>
 #include <queue>
 
@@ -41,13 +43,15 @@ bool repair_device(const Problem& p, const Timeline& t, int d, bool every_overfl
   DeviceSchedule& ds = s.devices[d];
   const int64_t budget = p.devices[d].mem_budget_bytes;
   auto at = [&](const Op& op, bool end) { return (end ? t.end_us : t.start_us)[op_id(p, op)]; };
-  // Activations already recomputed or offloaded (now or earlier), by op id of their F; and which
-  // of them the schedule offloads.
+  // By op id of an F: 1 if its activation was recomputed or offloaded before this call, 2 if
+  // this call changed it; by op id of a W: 2 if this call moved it. And which the schedule offloads.
   std::vector<char> decided(num_op_ids(p), 0), offloaded(num_op_ids(p), 0);
   for (const Op& op : ds.compute)
     if (op.kind == OpKind::kR) decided[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})] = 1;
-  for (const Op& op : ds.offloads)
-    decided[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})] = offloaded[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})] = 1;
+  for (const Op& op : ds.offloads) {
+    const int f = op_id(p, Op{OpKind::kF, op.stage, op.microbatch});
+    decided[f] = offloaded[f] = 1;
+  }
   std::vector<Op> backs;
   for (const Op& op : ds.compute)
     if (op.kind == OpKind::kB || op.kind == OpKind::kBW) backs.push_back(op);
