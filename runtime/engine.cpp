@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -46,15 +47,48 @@ class Iteration {
 
   size_t slot(int s, int i) const { return static_cast<size_t>(s) * M_ + i; }
 
-  // Blocks until `ready()` (called under the lock) or failure; a timeout is a failure.
-  template <class Pred>
-  void wait_for(Pred ready, const std::string& what) {
+  // Blocks until `ready()` (called under the lock) or failure; a timeout is a failure, and so
+  // is a wait no thread of this rank can end: every thread that is still running waits here,
+  // and none of their conditions holds (say, room for a forward that only a later backward
+  // would free, with no offload in flight) — that fails at once, not after the timeout.
+  void wait_for(const std::function<bool()>& ready, const std::string& what) {
     std::unique_lock<std::mutex> lock(mu_);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
-    while (!failed_ && !ready())
+    waiters_.push_back({&ready, &what});
+    struct Leave {
+      std::vector<Waiter>& waiters;
+      const std::string* what;
+      ~Leave() {
+        for (size_t k = 0; k < waiters.size(); k++)
+          if (waiters[k].what == what) {
+            waiters.erase(waiters.begin() + k);
+            break;
+          }
+      }
+    } leave{waiters_, &what};
+    while (!failed_ && !ready()) {
+      if (stuck()) {
+        std::string all;
+        for (const Waiter& w : waiters_) all += (all.empty() ? "" : "; ") + *w.what;
+        const std::string why = "no thread of this rank can go on (waiting for: " + all +
+                                "): the measured activations outgrow the problem's figures, or the schedule's "
+                                "offloads cannot make room";
+        error_ = why;
+        failed_ = true;
+        cv_.notify_all();
+        throw Failure(why);
+      }
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !ready())
         throw Failure("timed out after " + seconds(timeout_s_) + " waiting for " + what);
+    }
     if (failed_) throw Failure("stopped: another thread of this rank failed");
+  }
+
+  // A thread of this rank (the compute stream, a transfer worker) is done with its list.
+  void thread_done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_--;
+    cv_.notify_all();
   }
 
   void fail(const std::string& why) {
@@ -137,6 +171,7 @@ class Iteration {
     } catch (const std::exception& e) {
       fail(std::string("offload: ") + e.what());
     }
+    thread_done();
   }
 
   // Host→device worker: each reload once its anchor has started and its offload is done.
@@ -167,6 +202,7 @@ class Iteration {
     } catch (const std::exception& e) {
       fail(std::string("reload: ") + e.what());
     }
+    thread_done();
   }
 
   void wait_reloaded(int s, int i) {
@@ -180,6 +216,14 @@ class Iteration {
   }
 
  private:
+  // Every running thread waits, and no wait can end. Called under the lock.
+  bool stuck() const {
+    if (static_cast<int>(waiters_.size()) < running_) return false;
+    for (const Waiter& w : waiters_)
+      if ((*w.ready)()) return false;
+    return true;
+  }
+
   void account_locked(double time_us, int64_t delta) {
     live_bytes_ += delta;
     record_.memory.push_back({time_us, live_bytes_});
@@ -198,6 +242,12 @@ class Iteration {
   int64_t budget_bytes_;  // for activations: the device's budget less its static bytes
   int64_t live_bytes_ = 0;
   IterationRecord record_;
+  struct Waiter {
+    const std::function<bool()>* ready;
+    const std::string* what;
+  };
+  std::vector<Waiter> waiters_;
+  int running_ = 3;  // the compute stream and the two transfer workers
 };
 
 // c10 appends a backtrace to its messages: the first line says what happened.
@@ -449,6 +499,7 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
       error = e.what();
       state.fail(error);
     }
+    state.thread_done();
     offload_worker.join();
     reload_worker.join();
     if (error.empty() && state.failed()) error = me + ": " + state.error();

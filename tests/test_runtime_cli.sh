@@ -116,6 +116,29 @@ for fault in exit@1 stall@0; do
   fi
 done
 
+# Figures that understate the activations: the schedule validates, but the run's memory gate
+# finds no room for a forward and nothing of its rank that could make it. That fails at once
+# with the diagnosis, not after the 60 s timeout.
+python3 - "$tmp/problem.json" "$tmp/understated.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for s in p["stages"]:
+    s["act_f_bytes"] //= 8
+    s["act_w_bytes"] //= 8
+    s["act_b_bytes"] = -s["act_f_bytes"] - s["act_w_bytes"]
+    s["act_input_bytes"] = min(s["act_input_bytes"], s["act_f_bytes"])
+for d in p["devices"]:
+    d["mem_budget_bytes"] = d["static_bytes"] + 2 * max(s["act_f_bytes"] for s in p["stages"])
+json.dump(p, open(sys.argv[2], "w"))
+PY
+out=$("$bin" run --problem "$tmp/understated.json" "${model[@]}" --family 1f1b --timeout 60 2>&1)
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q "no thread of this rank can go on" <<<"$out"; then
+  echo "ok   understated figures: $(grep -m1 -o 'no thread of this rank can go on.\{0,100\}' <<<"$out")"
+else
+  fail "understated figures (exit $rc)"; echo "$out" | tail -8
+fi
+
 # A schedule that does not validate is refused before any process starts.
 "$bin" schedule --problem "$tmp/problem.json" --family 1f1b -o "$tmp/s.json" > /dev/null
 python3 - "$tmp/s.json" <<'PY'
