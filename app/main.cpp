@@ -330,13 +330,9 @@ struct PlanArgs {
 // The main job: model + cluster + budget → every family and the optimizer, one table, the
 // best schedule written.
 int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet, bool as_json) {
-  const ModelSpec* model = find_model(a.model);
-  if (!model) {
-    std::string known;
-    for (const ModelSpec& m : model_presets()) known += (known.empty() ? "" : ", ") + m.name;
-    return fail(Status::Invalid("unknown model \"" + a.model + "\" (known: " + known + ")"));
-  }
-  ModelSpec model_spec = *model;
+  Result<ModelSpec> model = find_model(a.model);
+  if (!model.ok()) return fail(model.status);
+  ModelSpec model_spec = model.value;
   model_spec.flash_attention = !a.no_flash_attention;
   Result<ClusterSpec> cluster = find_cluster(a.cluster);
   if (!cluster.ok()) return fail(cluster.status);
@@ -412,7 +408,7 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
   }
 
   const std::string what = a.model + " on " + a.cluster + ", " + std::to_string(p.num_microbatches) + " microbatches of " +
-                           std::to_string(a.microbatch_size) + " × " + std::to_string(model->seq_len) + " tokens";
+                           std::to_string(a.microbatch_size) + " × " + std::to_string(model_spec.seq_len) + " tokens";
   if (as_json) {
     json j = {{"model", a.model},
               {"cluster", a.cluster},

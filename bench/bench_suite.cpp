@@ -55,13 +55,13 @@ Result<Problem> synthetic(const json& spec) {
 }
 
 Result<Problem> from_preset(const json& spec) {
-  const ModelSpec* m = find_model(spec.at("model").get<std::string>());
-  if (!m) return Result<Problem>::Error(Status::Invalid("unknown model " + spec.at("model").dump()));
+  Result<ModelSpec> m = find_model(spec.at("model").get<std::string>());
+  if (!m.ok()) return Result<Problem>::Error(m.status);
   Result<ClusterSpec> c = find_cluster(spec.at("cluster").get<std::string>());
   if (!c.ok()) return Result<Problem>::Error(c.status);
   PlanSpec plan;
   plan.num_microbatches = spec.value("microbatches", 0);
-  return build_problem(*m, c.value, plan);
+  return build_problem(m.value, c.value, plan);
 }
 
 // Budgets relative to what 1F1B (or ZB-H2) keeps alive: the peak activation bytes over devices.

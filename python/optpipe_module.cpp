@@ -79,8 +79,7 @@ PYBIND11_MODULE(optpipe, m) {
 
   m.def("preset_problem", [](const std::string& model, const std::string& cluster, const py::object& budget,
                              int microbatches) {
-    const ModelSpec* spec = find_model(model);
-    if (!spec) throw py::value_error("unknown model \"" + model + "\"");
+    const ModelSpec spec = value_or_raise(find_model(model));
     ClusterSpec c = value_or_raise(find_cluster(cluster));
     PlanSpec plan;
     plan.num_microbatches = microbatches;
@@ -88,7 +87,7 @@ PYBIND11_MODULE(optpipe, m) {
       const std::string text = py::isinstance<py::str>(budget) ? budget.cast<std::string>() : std::to_string(budget.cast<int64_t>());
       if (!parse_bytes(text, &plan.mem_budget_bytes)) throw py::value_error("budget: expected a size such as \"60GiB\", got \"" + text + "\"");
     }
-    return to_dict(problem_to_json(value_or_raise(build_problem(*spec, c, plan))));
+    return to_dict(problem_to_json(value_or_raise(build_problem(spec, c, plan))));
   }, py::arg("model"), py::arg("cluster"), py::arg("budget") = py::none(), py::arg("microbatches") = 0,
      "The problem the cost model builds for a preset model on a cluster, e.g. (\"llama2-13b\", \"8xa100-40gb\", \"36GiB\").");
 

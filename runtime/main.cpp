@@ -59,9 +59,9 @@ struct ModelArgs {
   }
 
   Result<GptConfig> config(int num_microbatches) const {
-    const ModelSpec* m = find_model(preset);
-    if (!m) return Result<GptConfig>::Error(Status::Invalid("unknown model \"" + preset + "\""));
-    ModelSpec spec = *m;
+    Result<ModelSpec> m = find_model(preset);
+    if (!m.ok()) return Result<GptConfig>::Error(m.status);
+    ModelSpec spec = m.value;
     for (auto [value, field] : {std::pair{layers, &spec.num_layers}, {hidden, &spec.hidden}, {ffn, &spec.ffn},
                                 {seq_len, &spec.seq_len}, {vocab, &spec.vocab}})
       if (value > 0) *field = value;

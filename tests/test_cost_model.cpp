@@ -9,7 +9,7 @@
 using namespace optpipe;
 
 TEST(CostModel, GptLayerMatchesThePapers) {
-  const ModelSpec& m = *find_model("gpt-7b");  // h = 4096, a = 32, s = 2048
+  const ModelSpec& m = find_model("gpt-7b").value;  // h = 4096, a = 32, s = 2048
   LayerCost c = transformer_layer_cost(m, 1);
   // [N21] 24·b·s·h²·(1 + s/6h) = 24·2048·4096²·(13/12)
   EXPECT_DOUBLE_EQ(c.fwd_flops, 24.0 * 2048 * 4096 * 4096 * 13 / 12);
@@ -28,7 +28,7 @@ TEST(CostModel, GptLayerMatchesThePapers) {
 }
 
 TEST(CostModel, LlamaUsesGroupedKvAndSwiGlu) {
-  const ModelSpec& m = *find_model("llama2-70b");  // h 8192, 64 heads, 8 kv heads, ffn 28672
+  const ModelSpec& m = find_model("llama2-70b").value;  // h 8192, 64 heads, 8 kv heads, ffn 28672
   LayerCost c = transformer_layer_cost(m, 1);
   const double h = 8192, kv = 8 * 128, f = 28672, s = 4096;
   EXPECT_DOUBLE_EQ(c.bwd_weight_flops, 2 * s * (h * (h + 2 * kv) + h * h + 3 * h * f));
@@ -39,7 +39,7 @@ TEST(CostModel, LlamaUsesGroupedKvAndSwiGlu) {
 }
 
 TEST(CostModel, PartitionsCoverEveryLayer) {
-  const ModelSpec& m = *find_model("llama2-70b");
+  const ModelSpec& m = find_model("llama2-70b").value;
   for (int chunks : {1, 4, 16, 32}) {
     for (Partition part : {Partition::kUniform, Partition::kBalanced}) {
       std::vector<int> n = partition_layers(m, chunks, part, 1);
@@ -50,7 +50,7 @@ TEST(CostModel, PartitionsCoverEveryLayer) {
   EXPECT_EQ(partition_layers(m, 16, Partition::kUniform, 1), std::vector<int>(16, 5));
   // Balanced: a heavy LM head (a 400k vocabulary costs ~7.5 layers, more than any 4–5 layer
   // chunk) gets a chunk of its own.
-  ModelSpec big_vocab = *find_model("gpt-7b");
+  ModelSpec big_vocab = find_model("gpt-7b").value;
   big_vocab.vocab = 400000;
   std::vector<int> b = partition_layers(big_vocab, 8, Partition::kBalanced, 1);
   EXPECT_EQ(b.back(), 0);
@@ -58,7 +58,7 @@ TEST(CostModel, PartitionsCoverEveryLayer) {
 }
 
 TEST(CostModel, ProblemFromModelAndCluster) {
-  const ModelSpec& m = *find_model("gpt-7b");
+  const ModelSpec& m = find_model("gpt-7b").value;
   Result<ClusterSpec> c = find_cluster("8xh100");
   ASSERT_TRUE(c.ok()) << c.status.message;
   PlanSpec plan;
@@ -89,7 +89,7 @@ TEST(CostModel, ClusterNamesAreChecked) {
   EXPECT_FALSE(find_cluster("16x").ok());
   Result<ClusterSpec> c = find_cluster("64xa100-40gb");
   ASSERT_TRUE(c.ok());
-  EXPECT_FALSE(build_problem(*find_model("gpt-7b"), c.value, PlanSpec{}).ok());  // 64 stages > 32 layers
+  EXPECT_FALSE(build_problem(find_model("gpt-7b").value, c.value, PlanSpec{}).ok());  // 64 stages > 32 layers
 }
 
 TEST(CostModel, MeasuredProfileOverridesFormulas) {

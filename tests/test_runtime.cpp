@@ -12,7 +12,7 @@ using namespace optpipe::runtime;
 namespace {
 
 GptConfig tiny(int num_microbatches, int layers = 4) {
-  ModelSpec m = *find_model("gpt-tiny");
+  ModelSpec m = find_model("gpt-tiny").value;
   m.num_layers = layers;
   m.hidden = 32;
   m.ffn = 64;
@@ -140,11 +140,11 @@ TEST(RuntimeModel, TrainingLowersTheLoss) {
 }
 
 TEST(RuntimeModel, RefusesModelsItCannotBuild) {
-  EXPECT_FALSE(gpt_config(*find_model("llama2-7b"), 1, 1, 0).ok());  // SwiGLU, not GPT blocks
-  ModelSpec m = *find_model("gpt-tiny");
+  EXPECT_FALSE(gpt_config(find_model("llama2-7b").value, 1, 1, 0).ok());  // SwiGLU, not GPT blocks
+  ModelSpec m = find_model("gpt-tiny").value;
   m.heads = m.kv_heads = 3;  // 128 not divisible by 3
   EXPECT_FALSE(gpt_config(m, 1, 1, 0).ok());
-  EXPECT_FALSE(gpt_config(*find_model("gpt-tiny"), 0, 1, 0).ok());
+  EXPECT_FALSE(gpt_config(find_model("gpt-tiny").value, 0, 1, 0).ok());
 }
 
 TEST(RuntimeRecords, ReportRoundTrips) {

@@ -6,7 +6,7 @@
 // Measured profiles (written by the runtime's profiler, or by hand) override the formulas:
 // see apply_profile() in json_io.h.
 //
-//   Result<Problem> p = build_problem(*find_model("llama2-13b"), *find_cluster("16xh100"), plan);
+//   Result<Problem> p = build_problem(find_model("llama2-13b").value, find_cluster("16xh100").value, plan);
 #pragma once
 
 #include <cstdint>
@@ -57,7 +57,8 @@ struct PlanSpec {
 };
 
 const std::vector<ModelSpec>& model_presets();
-const ModelSpec* find_model(const std::string& name);
+// The preset of that name; the error lists the known ones.
+Result<ModelSpec> find_model(const std::string& name);
 
 // "16xh100", "8xa100-40gb", ...: <count>x<gpu> with gpu one of gpu_presets().
 const std::vector<ClusterSpec>& gpu_presets();  // num_gpus = 1

@@ -32,10 +32,13 @@ const std::vector<ModelSpec>& model_presets() {
   return kModels;
 }
 
-const ModelSpec* find_model(const std::string& name) {
-  for (const ModelSpec& m : model_presets())
-    if (m.name == name) return &m;
-  return nullptr;
+Result<ModelSpec> find_model(const std::string& name) {
+  std::string known;
+  for (const ModelSpec& m : model_presets()) {
+    if (m.name == name) return Result<ModelSpec>::Of(m);
+    known += (known.empty() ? "" : ", ") + m.name;
+  }
+  return Result<ModelSpec>::Error(Status::Invalid("unknown model \"" + name + "\" (known: " + known + ")"));
 }
 
 const std::vector<ClusterSpec>& gpu_presets() {
