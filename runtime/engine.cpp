@@ -339,10 +339,8 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
   const int64_t b = cfg.microbatch_size, T = cfg.model.seq_len, h = cfg.model.hidden;
 
   // Room for the predicted peak of activations and for the temporaries of the ops.
-  int64_t peak_guess = 0;
-  for (int st = 0; st < S; st++)
-    if (p.device_of(st) == d) peak_guess += p.stages[st].act_f_bytes * M;
-  reserve_heap(std::min<int64_t>(peak_guess, p.devices[d].mem_budget_bytes - p.devices[d].static_bytes) + (64 << 20));
+  reserve_heap(std::min<int64_t>(p.every_activation_bytes(d), p.devices[d].mem_budget_bytes - p.devices[d].static_bytes) +
+               (64 << 20));
 
   RankReport report;
   report.rank = d;

@@ -163,12 +163,9 @@ Result<Problem> merge_profiles(const ProfileSpec& spec, const std::vector<Proble
     slowest.latency_us = std::max(slowest.latency_us, shares[d].host_link.latency_us);
   }
   p.host_link = slowest;
-  for (int d = 0; d < spec.num_devices; d++) {
-    int64_t all_kept = 0;
-    for (int s = 0; s < p.num_stages(); s++)
-      if (p.device_of(s) == d) all_kept += p.stages[s].act_f_bytes * spec.num_microbatches;
-    p.devices[d].mem_budget_bytes = spec.mem_budget_bytes > 0 ? spec.mem_budget_bytes : p.devices[d].static_bytes + all_kept;
-  }
+  for (int d = 0; d < spec.num_devices; d++)
+    p.devices[d].mem_budget_bytes =
+        spec.mem_budget_bytes > 0 ? spec.mem_budget_bytes : p.devices[d].static_bytes + p.every_activation_bytes(d);
   Status st = check_problem(p);
   if (!st.ok()) return R::Error(st);
   return R::Of(std::move(p));

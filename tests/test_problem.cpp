@@ -111,3 +111,14 @@ TEST(Problem, RejectsWhatWouldOverflowOrMisbehave) {
   }
   EXPECT_NE(check_problem(big).message.find("problem too large"), std::string::npos);
 }
+
+TEST(Problem, EveryActivationBytesCountsTheDevicesStages) {
+  UniformSpec u;
+  u.num_devices = 4;
+  u.num_microbatches = 8;
+  const Problem linear = make_uniform_problem(u);
+  EXPECT_EQ(linear.every_activation_bytes(0), 8 * u.act_f_bytes);
+  Result<Problem> v = rechunk(linear, Placement::kVShape, 2);
+  ASSERT_TRUE(v.ok()) << v.status.message;
+  EXPECT_EQ(v.value.every_activation_bytes(3), v.value.stages[3].act_f_bytes * 8 + v.value.stages[4].act_f_bytes * 8);
+}

@@ -82,6 +82,9 @@ struct Problem {
   // Durations of moving stage s's kept activation to the host and back.
   double offload_us(int stage) const;
   double reload_us(int stage) const;
+
+  // Every forward's activation of the device's stages, all kept at once (GPipe's peak).
+  int64_t every_activation_bytes(int device) const;
 };
 
 // Returns Ok, or an InvalidInput status whose message names the first bad field

@@ -35,6 +35,13 @@ double Problem::reload_us(int stage) const {
   return host_link.latency_us + stages[stage].act_f_bytes / (host_link.h2d_gb_per_s * 1e3);
 }
 
+int64_t Problem::every_activation_bytes(int device) const {
+  int64_t bytes = 0;
+  for (int s = 0; s < num_stages(); s++)
+    if (device_of(s) == device) bytes += stages[s].act_f_bytes * num_microbatches;
+  return bytes;
+}
+
 namespace {
 
 // Bytes beyond 1 PiB are certainly a mistake, and keeping them small keeps every sum in range.
