@@ -93,7 +93,7 @@ Problem with_measured_times(const Problem& p, const std::vector<RankReport>& ran
   Problem q = p;
   for (int s = 0; s < S; s++) {
     StageSpec& st = q.stages[s];
-    auto measured = [&](OpKind k) { return d[s][static_cast<int>(k)]; };
+    auto measured = [&](OpKind k) -> const std::vector<double>& { return d[s][static_cast<int>(k)]; };
     if (!measured(OpKind::kF).empty()) st.t_f_us = median(measured(OpKind::kF));
     if (!measured(OpKind::kR).empty()) st.t_r_us = median(measured(OpKind::kR));
     if (!measured(OpKind::kB).empty()) st.t_b_us = median(measured(OpKind::kB));
