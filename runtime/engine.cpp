@@ -205,6 +205,10 @@ class Iteration {
     thread_done();
   }
 
+  void wait_offloaded(int s, int i) {
+    const size_t k = slot(s, i);
+    wait_for([&] { return offloaded_[k]; }, "the offload of F" + std::to_string(i) + " s" + std::to_string(s));
+  }
   void wait_reloaded(int s, int i) {
     const size_t k = slot(s, i);
     wait_for([&] { return reloaded_[k]; }, "the reload of F" + std::to_string(i) + " s" + std::to_string(s));
@@ -390,6 +394,14 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
       for (const Op& op : ds.compute) {
         if (options.before_op) options.before_op(it, ops_done);
         const int st = op.stage, i = op.microbatch;
+        if (op.kind == OpKind::kWait) {
+          state.wait_offloaded(st, i);
+          const double now = monotonic_us();
+          state.mark_started(op);
+          state.record(op, now, now);
+          ops_done++;
+          continue;
+        }
         const size_t k = static_cast<size_t>(st) * M + i;
         ChunkParams& chunk = params[st];
         const std::string what = me + ": " + op_name(op);

@@ -93,6 +93,29 @@ TEST(Simulate, OffloadAndReloadMoveMemoryAndTime) {
   EXPECT_EQ(r.timeline.memory[0].back().bytes, 5000);  // everything freed
 }
 
+TEST(Simulate, WaitHoldsTheStreamUntilTheOffloadHasFreedItsBytes) {
+  Problem p = tiny(1, 2);
+  p.host_link = {/*d2h*/ 0.1, /*h2d*/ 0.1, /*latency*/ 2};  // 12 us transfers, as above
+  Schedule s = schedule_for(p);
+  s.devices[0].compute = {op(OpKind::kF, 0, 0), op(OpKind::kWait, 0, 0), op(OpKind::kF, 0, 1), op(OpKind::kB, 0, 1),
+                          op(OpKind::kW, 0, 1),  op(OpKind::kB, 0, 0),    op(OpKind::kW, 0, 0)};
+  s.devices[0].offloads = {op(OpKind::kOffload, 0, 0)};
+  s.devices[0].reloads = {{op(OpKind::kReload, 0, 0), op(OpKind::kW, 0, 1)}};
+  SimResult r = simulate(p, s);
+  ASSERT_TRUE(r.ok()) << r.status.message;
+  // F0 [0,10], offload [10,22], the wait ends at 22, F1 [22,32], B1 [32,52], W1 [52,57], the
+  // reload [52,64], B0 [64,84], W0 [84,89].
+  auto at = [&](OpKind k, int i) { return r.timeline.start_us[op_id(p, op(k, 0, i))]; };
+  EXPECT_DOUBLE_EQ(at(OpKind::kWait, 0), 22);
+  EXPECT_DOUBLE_EQ(r.timeline.end_us[op_id(p, op(OpKind::kWait, 0, 0))], 22);
+  EXPECT_DOUBLE_EQ(at(OpKind::kF, 1), 22);
+  EXPECT_DOUBLE_EQ(r.timeline.makespan_us, 89);
+  // F0's 1000 bytes leave at 22 as F1's arrive; at 52 B1 has freed 700 of F1's, the reload
+  // brings 1000: 5000 + 300 + 1000. Without the wait, 7000 at F1's start.
+  EXPECT_EQ(r.timeline.devices[0].peak_bytes, 6300);
+  EXPECT_DOUBLE_EQ(r.timeline.devices[0].busy_us, 70);  // a wait is not busy
+}
+
 TEST(Simulate, ReloadWaitsForItsAnchor) {
   Problem p = tiny(1, 2);
   p.host_link = {1000, 1000, 1};  // ~2 us transfers

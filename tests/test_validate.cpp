@@ -107,6 +107,15 @@ TEST(Validate, OffloadWithoutReloadAndRecomputeConflicts) {
   EXPECT_TRUE(mentions(v, "R1 s0 is not allowed: the activation is offloaded")) << v.summary();
 }
 
+TEST(Validate, AWaitNeedsItsOffloadAndComesAfterItsForward) {
+  Fixture f = zb_h1();
+  auto& ops = f.schedule.devices[0].compute;
+  ops.insert(ops.begin(), Op{OpKind::kWait, 0, 1});
+  Validation v = validate(f.problem, f.schedule);
+  EXPECT_TRUE(mentions(v, "WAIT1 s0 is not allowed: there is no offload to wait for")) << v.summary();
+  EXPECT_TRUE(mentions(v, "WAIT1 s0 comes before F1 s0, which it needs")) << v.summary();
+}
+
 TEST(Validate, BudgetOverrun) {
   Fixture f = zb_h1();
   // 1F1B-like memory on device 0: 4 activations of 1 GiB on 16 GiB static.

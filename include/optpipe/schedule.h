@@ -6,7 +6,10 @@
 //
 // Which activations are offloaded or recomputed is part of the schedule itself: F(s,i) is
 // offloaded iff Offload(s,i) appears, recomputed iff R(s,i) appears; B(s,i)+W(s,i) or a fused
-// BW(s,i) finishes the backward.
+// BW(s,i) finishes the backward. A Wait(s,i) in the compute list holds the compute stream until
+// Offload(s,i) has finished (a stream waiting on the copy's event): it is how a schedule says an
+// allocation must wait for an offload to make room, since otherwise every op starts as soon as
+// its inputs and stream allow.
 //
 //   Schedule s = ...;                       // from a family or the optimizer
 //   s.devices[0].compute.push_back({OpKind::kF, /*stage=*/0, /*microbatch=*/0});
@@ -22,11 +25,11 @@
 namespace optpipe {
 
 // Append new kinds at the end: op ids depend on the numbering.
-enum class OpKind : uint8_t { kF = 0, kB, kW, kBW, kR, kOffload, kReload };
-constexpr int kNumOpKinds = 7;
+enum class OpKind : uint8_t { kF = 0, kB, kW, kBW, kR, kOffload, kReload, kWait };
+constexpr int kNumOpKinds = 8;
 
-const char* op_kind_name(OpKind k);  // "F", "B", "W", "BW", "R", "OFFLOAD", "RELOAD"
-bool is_compute(OpKind k);           // F, B, W, BW, R run on the compute stream
+const char* op_kind_name(OpKind k);  // "F", "B", "W", "BW", "R", "OFFLOAD", "RELOAD", "WAIT"
+bool is_compute(OpKind k);           // F, B, W, BW, R and WAIT are on the compute stream
 
 struct Op {
   OpKind kind = OpKind::kF;

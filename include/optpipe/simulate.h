@@ -10,6 +10,7 @@
 //   W(s,i)       after B(s,i)
 //   R(s,i)       after F(s,i)
 //   Offload(s,i) after F(s,i);  Reload(s,i) after Offload(s,i) and not before its anchor starts
+//   Wait(s,i)    after Offload(s,i); it takes no time and changes no memory
 // Memory per device: static bytes, plus activation deltas (allocations when an op starts, frees
 // when it ends; at equal times frees come first), plus workspace while an op runs.
 //

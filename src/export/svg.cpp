@@ -10,7 +10,7 @@ namespace optpipe {
 
 const char* op_colour(OpKind k) {
   static const char* const kColours[kNumOpKinds] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
-                                                   "#b07aa1", "#76b7b2", "#edc948"};
+                                                   "#b07aa1", "#76b7b2", "#edc948", "#000000"};
   return kColours[static_cast<int>(k)];
 }
 

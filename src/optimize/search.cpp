@@ -52,6 +52,12 @@ void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor) {
 }
 
 void remove_offload(DeviceSchedule& ds, int stage, int microbatch) {
+  const Op wait{OpKind::kWait, stage, microbatch};
+  for (size_t k = 0; k < ds.compute.size(); k++)
+    if (ds.compute[k] == wait) {
+      ds.compute.erase(ds.compute.begin() + k);
+      break;
+    }
   for (size_t k = 0; k < ds.offloads.size(); k++)
     if (ds.offloads[k].stage == stage && ds.offloads[k].microbatch == microbatch) {
       ds.offloads.erase(ds.offloads.begin() + k);

@@ -6,7 +6,7 @@
 
 namespace optpipe {
 
-static const char* const kKindNames[kNumOpKinds] = {"F", "B", "W", "BW", "R", "OFFLOAD", "RELOAD"};
+static const char* const kKindNames[kNumOpKinds] = {"F", "B", "W", "BW", "R", "OFFLOAD", "RELOAD", "WAIT"};
 
 const char* op_kind_name(OpKind k) { return kKindNames[static_cast<int>(k)]; }
 

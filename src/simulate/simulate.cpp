@@ -79,6 +79,7 @@ double Sim::duration(const Op& op) const {
     case OpKind::kR: return st.t_r_us;
     case OpKind::kOffload: return p_->offload_us(op.stage);
     case OpKind::kReload: return p_->reload_us(op.stage);
+    case OpKind::kWait: return 0;
   }
   return 0;
 }
@@ -193,6 +194,7 @@ double Sim::ready_time(int i) const {
     case OpKind::kW: after(id(OpKind::kB, s, mb), 0); break;
     case OpKind::kR:
     case OpKind::kOffload: after(id(OpKind::kF, s, mb), 0); break;
+    case OpKind::kWait: after(id(OpKind::kOffload, s, mb), 0); break;
     case OpKind::kReload: {
       after(id(OpKind::kOffload, s, mb), 0);
       int a = anchor_of_[s * M_ + mb];
@@ -232,7 +234,10 @@ void Sim::wake_dependents(const Op& op) {
     case OpKind::kBW:
       if (s > 0) wake(compute_queue(stage_device_[s - 1]));
       break;
-    case OpKind::kOffload: wake(h2d_queue(dev)); break;
+    case OpKind::kOffload:
+      wake(h2d_queue(dev));
+      wake(compute_queue(dev));  // a Wait may be holding it
+      break;
     case OpKind::kReload: wake(compute_queue(dev)); break;
     default: break;
   }
@@ -335,6 +340,7 @@ int64_t memory_delta(const Problem& p, const Op& op, bool at_start, bool recompu
     }
     case OpKind::kOffload: return at_start ? 0 : -st.act_f_bytes;
     case OpKind::kReload: return at_start ? st.act_f_bytes : 0;
+    case OpKind::kWait: return 0;
   }
   return 0;
 }

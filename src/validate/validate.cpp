@@ -96,6 +96,7 @@ struct Checker {
         if (r && off) extra(OpKind::kR, ": the activation is offloaded, not recomputed");
         if (off && !rel) missing(OpKind::kReload, " (its offload is there)");
         if (rel && !off) missing(OpKind::kOffload, " (its reload is there)");
+        if (has(OpKind::kWait, st, mb) && !off) extra(OpKind::kWait, ": there is no offload to wait for");
       }
     }
   }
@@ -123,7 +124,8 @@ struct Checker {
             need(has(OpKind::kB, op.stage + 1, op.microbatch) ? OpKind::kB : OpKind::kBW, op.stage + 1);
             break;
           case OpKind::kW: need(OpKind::kB, op.stage); break;
-          case OpKind::kR: need(OpKind::kF, op.stage); break;
+          case OpKind::kR:
+          case OpKind::kWait: need(OpKind::kF, op.stage); break;
           default: break;
         }
       }
