@@ -196,6 +196,52 @@ TEST(Cp, RecomputeIntervals) {
   EXPECT_GT(helped, 0);
 }
 
+// Offloads as optional transfer intervals on the host link's two channels. With room to keep
+// everything they change nothing; under a budget that keeps one activation and a half, the model
+// proves its optimum, the schedule read back (waits included) fits and simulates to exactly the
+// model's makespan, it is never slower than keeping everything and often faster, and deciding
+// recomputes too is never slower than either alone.
+TEST(Cp, OffloadIntervals) {
+  std::mt19937 rng(17);
+  int helped = 0;
+  for (int trial = 0; trial < 4; trial++) {
+    Problem p = tiny_problem(rng, 2);
+    for (StageSpec& st : p.stages) st.t_r_us = std::floor(st.t_f_us / 4);
+    // A transfer takes 60 µs of latency and 40 µs of bandwidth, against forwards of 100–500 µs.
+    p.host_link = {.d2h_gb_per_s = p.stages[0].act_f_bytes / 40e3, .h2d_gb_per_s = p.stages[0].act_f_bytes / 40e3,
+                   .latency_us = 60};
+    CpSolution roomy = solve_cp(p, {.memory = true, .time_limit_s = 60, .offload = true});
+    ASSERT_TRUE(roomy.status.ok()) << roomy.status.message;
+    EXPECT_NEAR(roomy.objective_us, brute_force_makespan(p, true), 1e-4) << "trial " << trial;
+
+    for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 3 * p.stages[0].act_f_bytes / 2;
+    CpSolution kept = solve_cp(p, {.memory = true, .time_limit_s = 60});
+    ASSERT_TRUE(kept.status.ok()) << kept.status.message;
+    CpSolution s = solve_cp(p, {.memory = true, .time_limit_s = 20, .offload = true});
+    ASSERT_TRUE(s.status.ok()) << s.status.message;
+    EXPECT_TRUE(s.proven_optimal) << "trial " << trial;
+    Validation v = validate(p, s.schedule);  // the budget included
+    ASSERT_TRUE(v.ok()) << v.summary();
+    EXPECT_NEAR(v.sim.timeline.makespan_us, s.objective_us, 1e-4);
+    EXPECT_NEAR(s.objective_us, s.bound_us, 1e-4) << "trial " << trial;  // the model's own optimum
+    EXPECT_LE(s.objective_us, kept.objective_us + 1e-4) << "trial " << trial;
+    CpSolution both = solve_cp(p, {.memory = true, .time_limit_s = 20, .recompute = true, .offload = true});
+    ASSERT_TRUE(both.status.ok()) << both.status.message;
+    EXPECT_TRUE(both.proven_optimal) << "trial " << trial;
+    EXPECT_TRUE(validate(p, both.schedule).ok());
+    CpSolution recomputed = solve_cp(p, {.memory = true, .time_limit_s = 20, .recompute = true});
+    ASSERT_TRUE(recomputed.status.ok()) << recomputed.status.message;
+    EXPECT_LE(both.objective_us, std::min(s.objective_us, recomputed.objective_us) + 1e-4) << "trial " << trial;
+    size_t offloads = 0;
+    for (const DeviceSchedule& ds : s.schedule.devices) offloads += ds.offloads.size();
+    if (s.objective_us < kept.objective_us - 1e-4) {
+      helped++;
+      EXPECT_GT(offloads, 0u);
+    }
+  }
+  EXPECT_GT(helped, 0);
+}
+
 TEST(Cp, NothingFitsIsInfeasible) {
   std::mt19937 rng(9);
   Problem p = tiny_problem(rng, 2);

@@ -7,8 +7,16 @@
 // so with `memory = false` the proven optimum is a lower bound for every schedule of the
 // placement (offloads and recomputes included), and with `memory = true` every solution truly
 // fits. With `recompute` (and memory), an optional R per stage-microbatch on the device's unary
-// resource, anywhere between its F and its B, and the lifetimes split around it. Like the MILP:
-// no offloads, B and W separate, first in first out per stage.
+// resource, anywhere between its F and its B, and the lifetimes split around it. With `offload`
+// (and memory), an optional offload and reload per stage-microbatch on the unary channels of the
+// device's host link (shared with the devices on the same link), durations rounded up: the
+// activation lives from F's start to the offload's end and again from the reload's start; B
+// waits for the reload. The schedule read back holds a device's compute stream with WAIT ops
+// where the model started an F or R after an offload ended, anchors each reload to the compute
+// op started before it, and is simulated: where the simulator, starting everything as early as
+// it can, runs a reload ahead of a free the model had before it, the reload is issued later
+// (settle_transfers). A solution that still overflows is reported as not ok. Like the MILP:
+// B and W separate, first in first out per stage.
 //
 //   CpSolution s = solve_cp(problem, {.memory = false, .time_limit_s = 5});
 //   if (s.proven_optimal) bound = s.bound_us;
@@ -27,6 +35,7 @@ struct CpOptions {
   double time_limit_s = 10;
   double unit_us = 0;      // grid; 0: 1 µs, coarser for long horizons (at most 1e8 steps)
   bool recompute = false;  // with memory: also decide which activations to recompute
+  bool offload = false;    // with memory: also decide which to offload, and when to move them
 };
 
 struct CpSolution {

@@ -25,6 +25,7 @@ struct Grid {
   std::vector<int> index;               // op id → position in ops, −1 otherwise
   std::vector<int> dur;                 // per op, in grid steps (rounded down)
   std::vector<int> r_dur;               // per stage: R, in grid steps (rounded down)
+  std::vector<int> off_dur, rel_dur;    // per stage: offload and reload, in grid steps (rounded up)
   int horizon = 0;
   double unit_us = 1;
 };
@@ -37,11 +38,15 @@ class PipeSpace : public IntMinimizeSpace {
   // end when it is not, so that every lifetime below has a length ≥ 0).
   BoolVarArray recompute;
   IntVarArray r_start;
+  // With offload, likewise: whether F(s,i)'s activation goes to the host, and the offload's and
+  // the reload's starts (both F's end when it does not).
+  BoolVarArray offload;
+  IntVarArray off_start, rel_start;
 
-  PipeSpace(const Problem& p, const Grid& g, bool memory, bool with_recompute)
+  PipeSpace(const Problem& p, const Grid& g, bool memory, bool with_recompute, bool with_offload)
       : start(*this, static_cast<int>(g.ops.size()), 0, g.horizon), makespan(*this, 0, g.horizon) {
     const int S = p.num_stages(), M = p.num_microbatches;
-    const bool rc = memory && with_recompute;
+    const bool rc = memory && with_recompute, oc = memory && with_offload;
     auto var = [&](OpKind k, int s, int i) { return start[g.index[op_id(p, Op{k, s, i})]]; };
     auto d = [&](OpKind k, int s, int i) { return g.dur[g.index[op_id(p, Op{k, s, i})]]; };
     const int hop = static_cast<int>(std::floor(p.t_comm_us / g.unit_us));
@@ -69,6 +74,43 @@ class PipeSpace : public IntMinimizeSpace {
           rel(*this, r >> (B >= R + g.r_dur[s]));
           rel(*this, (!r) >> (R == F + d(OpKind::kF, s, i)));
         }
+    }
+    if (oc) {
+      offload = BoolVarArray(*this, S * M, 0, 1);
+      off_start = IntVarArray(*this, S * M, 0, g.horizon);
+      rel_start = IntVarArray(*this, S * M, 0, g.horizon);
+      for (int s = 0; s < S; s++)
+        for (int i = 0; i < M; i++) {
+          const BoolVar o = offload[s * M + i];
+          const IntVar O = off_start[s * M + i], L = rel_start[s * M + i];
+          const IntVar F_end = expr(*this, var(OpKind::kF, s, i) + d(OpKind::kF, s, i)), B = var(OpKind::kB, s, i);
+          if (p.stages[s].act_f_bytes <= 0) rel(*this, o, IRT_EQ, 0);
+          if (rc) rel(*this, o + recompute[s * M + i] <= 1);
+          rel(*this, O >= F_end);
+          rel(*this, o >> (L >= O + g.off_dur[s]));
+          rel(*this, o >> (B >= L + g.rel_dur[s]));
+          rel(*this, (!o) >> (O == F_end));
+          rel(*this, (!o) >> (L == F_end));
+        }
+      // One transfer at a time per direction of each host link, whichever devices share it.
+      int max_link = 0;
+      for (const DeviceSpec& dev : p.devices) max_link = std::max(max_link, dev.host_link);
+      for (int link = 0; link <= max_link; link++) {
+        IntVarArgs os, ls;
+        IntArgs od, ld;
+        BoolVarArgs on;
+        for (int s = 0; s < S; s++)
+          for (int i = 0; i < M && p.devices[p.device_of(s)].host_link == link; i++) {
+            os << off_start[s * M + i];
+            ls << rel_start[s * M + i];
+            od << g.off_dur[s];
+            ld << g.rel_dur[s];
+            on << offload[s * M + i];
+          }
+        if (on.size() == 0) continue;
+        unary(*this, os, od, on);
+        unary(*this, ls, ld, on);
+      }
     }
     const BoolVar always(*this, 1, 1);
     for (int dev = 0; dev < p.num_devices; dev++) {
@@ -122,9 +164,20 @@ class PipeSpace : public IntMinimizeSpace {
           const IntVar F = var(OpKind::kF, s, i);
           const IntVar B_end = expr(*this, var(OpKind::kB, s, i) + d(OpKind::kB, s, i));
           const IntVar W_end = expr(*this, var(OpKind::kW, s, i) + d(OpKind::kW, s, i));
-          const BoolVar kept = rc ? expr(*this, !recompute[s * M + i]) : always;
+          const BoolVar kept = rc && oc   ? expr(*this, !recompute[s * M + i] && !offload[s * M + i])
+                               : rc       ? expr(*this, !recompute[s * M + i])
+                               : oc       ? expr(*this, !offload[s * M + i])
+                                          : always;
           task(F, B_end, -st.act_b_bytes, kept);
           task(F, W_end, -st.act_w_bytes, kept);
+          if (oc) {
+            // Offloaded: all of F's bytes until the offload ends, again from the reload's start.
+            const BoolVar o = offload[s * M + i];
+            const IntVar L = rel_start[s * M + i];
+            task(F, expr(*this, off_start[s * M + i] + g.off_dur[s]), st.act_f_bytes, o);
+            task(L, B_end, -st.act_b_bytes, o);
+            task(L, W_end, -st.act_w_bytes, o);
+          }
           if (!rc) continue;
           const BoolVar r = recompute[s * M + i];
           const IntVar F_end = expr(*this, F + d(OpKind::kF, s, i)), R = r_start[s * M + i];
@@ -141,9 +194,11 @@ class PipeSpace : public IntMinimizeSpace {
       if (ts.size() > 0) cumulative(*this, capacity, ts, tp, te, height, live);
     }
     if (rc) branch(*this, recompute, BOOL_VAR_NONE(), BOOL_VAL_MAX());  // recomputing first: the search reaches pipelined orders sooner
+    if (oc) branch(*this, offload, BOOL_VAR_NONE(), BOOL_VAL_MAX());  // likewise: keeping first took seconds where this takes milliseconds
     IntVarArgs times;
     times << start;
     if (rc) times << r_start;
+    if (oc) times << off_start << rel_start;
     branch(*this, times, INT_VAR_MIN_MIN(), INT_VAL_MIN());
     branch(*this, makespan, INT_VAL_MIN());  // fixed last, at the latest end
   }
@@ -153,6 +208,9 @@ class PipeSpace : public IntMinimizeSpace {
     makespan.update(*this, other.makespan);
     recompute.update(*this, other.recompute);
     r_start.update(*this, other.r_start);
+    offload.update(*this, other.offload);
+    off_start.update(*this, other.off_start);
+    rel_start.update(*this, other.rel_start);
   }
   Space* copy() override { return new PipeSpace(*this); }
   IntVar cost() const override { return makespan; }
@@ -164,8 +222,13 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
   out.status = check_problem(p);
   if (!out.status.ok()) return out;
   const int S = p.num_stages(), M = p.num_microbatches;
+  const bool offload = options.memory && options.offload;
   double total_us = 2.0 * S * M * p.t_comm_us;
-  for (const StageSpec& st : p.stages) total_us += M * (st.t_f_us + st.t_b_us + st.t_w_us + (options.recompute ? st.t_r_us : 0));
+  for (int s = 0; s < S; s++) {
+    const StageSpec& st = p.stages[s];
+    total_us += M * (st.t_f_us + st.t_b_us + st.t_w_us + (options.recompute ? st.t_r_us : 0));
+    if (offload) total_us += M * (p.offload_us(s) + p.reload_us(s));
+  }
   Grid g;
   // The grid: the coarsest 2^-k µs on which every duration and hop is exact (re-cut stages have
   // halves), within 1e8 steps; else as fine as 1e8 steps allow, durations rounded down.
@@ -174,9 +237,12 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
     auto exact_on = [&](double unit) {
       auto whole = [&](double us) { return std::fabs(us / unit - std::round(us / unit)) < 1e-6; };
       if (!whole(p.t_comm_us)) return false;
-      for (const StageSpec& st : p.stages)
+      for (int s = 0; s < S; s++) {
+        const StageSpec& st = p.stages[s];
         if (!whole(st.t_f_us) || !whole(st.t_b_us) || !whole(st.t_w_us) || (options.recompute && !whole(st.t_r_us)))
           return false;
+        if (offload && (!whole(p.offload_us(s)) || !whole(p.reload_us(s)))) return false;
+      }
       return true;
     };
     for (double unit = 1; total_us / unit <= 1e8 && unit >= 1.0 / 1024; unit /= 2)
@@ -197,9 +263,14 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
         const double us = k == OpKind::kF ? st.t_f_us : k == OpKind::kB ? st.t_b_us : st.t_w_us;
         g.dur.push_back(static_cast<int>(std::floor(us / g.unit_us)));
       }
-  for (const StageSpec& st : p.stages) g.r_dur.push_back(static_cast<int>(std::floor(st.t_r_us / g.unit_us)));
+  for (int s = 0; s < S; s++) {
+    g.r_dur.push_back(static_cast<int>(std::floor(p.stages[s].t_r_us / g.unit_us)));
+    // Transfers round up, so that the read-back waits are never too short.
+    g.off_dur.push_back(static_cast<int>(std::ceil(p.offload_us(s) / g.unit_us - 1e-9)));
+    g.rel_dur.push_back(static_cast<int>(std::ceil(p.reload_us(s) / g.unit_us - 1e-9)));
+  }
 
-  auto root = std::make_unique<PipeSpace>(p, g, options.memory, options.recompute);
+  auto root = std::make_unique<PipeSpace>(p, g, options.memory, options.recompute, options.offload);
   if (root->status() == SS_FAILED) {
     out.status = Status::Infeasible("the CP model has no solution: nothing fits the budget");
     return out;
@@ -221,9 +292,22 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
     std::vector<Op> ops = g.ops;
     for (int k = 0; k < best->recompute.size(); k++)
       if (best->recompute[k].val()) ops.push_back({OpKind::kR, k / M, k % M});
-    out.schedule = schedule_by_start(p, ops, [&](const Op& op) {
+    auto start = [&](const Op& op) -> double {
       return op.kind == OpKind::kR ? best->r_start[op.stage * M + op.microbatch].val() : best->start[g.index[op_id(p, op)]].val();
-    });
+    };
+    out.schedule = schedule_by_start(p, ops, start);
+    if (offload) {
+      std::vector<TransferTimes> transfers;
+      for (int k = 0; k < best->offload.size(); k++)
+        if (best->offload[k].val())
+          transfers.push_back({k / M, k % M, static_cast<double>(best->off_start[k].val()),
+                               static_cast<double>(best->off_start[k].val() + g.off_dur[k / M]),
+                               static_cast<double>(best->rel_start[k].val())});
+      add_transfers_by_start(p, start, std::move(transfers), &out.schedule);
+      // The simulator may run a reload earlier than the model did; fix what that overflows.
+      if (!settle_transfers(p, 4 * S * M, &out.schedule))
+        out.status = Status::Invalid("the CP solution's transfers overflow a budget when simulated");
+    }
     SimResult sim = simulate(p, out.schedule, {.op_times = false});
     if (sim.ok()) out.objective_us = sim.timeline.makespan_us;
     else out.status = Status::Invalid("the CP solution does not simulate: " + sim.status.message);

@@ -132,9 +132,9 @@ void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vec
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // The exact models on small problems, in the time left. To improve the winner in its placement:
-// the CP model and the MILP with the budget, both deciding recomputes (the MILP warm-started from
-// the winner when it has no offloads and each R sits just before its B); a faster
-// solution that fits replaces it. To prove bounds in every placement searched whose simple bound
+// the CP model with the budget deciding offloads and recomputes, and the MILP deciding recomputes
+// (warm-started from the winner when it has no offloads and each R sits just before its B); a
+// faster solution that fits replaces it. To prove bounds in every placement searched whose simple bound
 // is below the winner: the CP model without the budget, then, if it did not finish, the MILP's
 // relaxation — both hold for every schedule of the placement, offloads and recomputes included.
 void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::vector<const Problem*>* problems,
@@ -155,7 +155,7 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
       out->stats.start_family += how;
     }
   };
-  CpSolution cp = solve_cp(out->problem, {.memory = true, .time_limit_s = share, .recompute = true});
+  CpSolution cp = solve_cp(out->problem, {.memory = true, .time_limit_s = share, .recompute = true, .offload = true});
   out->stats.exact_solves++;
   out->stats.exact_nodes += cp.nodes;
   consider(cp.status, cp.schedule, " +cp");

@@ -1,0 +1,142 @@
+#include "optimize/by_start.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "optpipe/simulate.h"
+
+namespace optpipe {
+
+Schedule schedule_by_start(const Problem& p, const std::vector<Op>& ops, const std::function<double(const Op&)>& start) {
+  auto kind_rank = [](OpKind k) { return k == OpKind::kF ? 0 : k == OpKind::kR ? 1 : k == OpKind::kW ? 3 : 2; };
+  Schedule s;
+  s.placement = p.placement;
+  s.chunks_per_device = p.chunks_per_device;
+  s.devices.resize(p.num_devices);
+  for (const Op& op : ops) s.devices[p.device_of(op.stage)].compute.push_back(op);
+  auto tie_key = [](const Op& op) { return op.kind == OpKind::kB || op.kind == OpKind::kBW ? -op.stage : op.stage; };
+  for (DeviceSchedule& ds : s.devices)
+    std::stable_sort(ds.compute.begin(), ds.compute.end(), [&](const Op& a, const Op& b) {
+      const double sa = start(a), sb = start(b);
+      if (std::abs(sa - sb) > 1e-6) return sa < sb;
+      if (kind_rank(a.kind) != kind_rank(b.kind)) return kind_rank(a.kind) < kind_rank(b.kind);
+      if (tie_key(a) != tie_key(b)) return tie_key(a) < tie_key(b);
+      return a.microbatch < b.microbatch;
+    });
+  return s;
+}
+
+namespace {
+
+bool allocates(OpKind k) { return k == OpKind::kF || k == OpKind::kR; }
+
+int position_of(const std::vector<Op>& ops, const Op& op) {
+  for (size_t k = 0; k < ops.size(); k++)
+    if (ops[k] == op) return static_cast<int>(k);
+  return -1;
+}
+
+int backward_position(const std::vector<Op>& ops, int stage, int microbatch) {
+  const int b = position_of(ops, Op{OpKind::kB, stage, microbatch});
+  return b >= 0 ? b : position_of(ops, Op{OpKind::kBW, stage, microbatch});
+}
+
+}  // namespace
+
+void add_transfers_by_start(const Problem& p, const std::function<double(const Op&)>& start,
+                            std::vector<TransferTimes> transfers, Schedule* s) {
+  constexpr double kEps = 1e-6;
+  std::vector<std::vector<std::pair<double, Op>>> waits(p.num_devices);  // (offload end, WAIT)
+  std::stable_sort(transfers.begin(), transfers.end(),
+                   [](const TransferTimes& a, const TransferTimes& b) { return a.offload_start < b.offload_start; });
+  for (const TransferTimes& t : transfers) {
+    const int d = p.device_of(t.stage);
+    s->devices[d].offloads.push_back({OpKind::kOffload, t.stage, t.microbatch});
+    waits[d].push_back({t.offload_end, Op{OpKind::kWait, t.stage, t.microbatch}});
+  }
+  for (int d = 0; d < p.num_devices; d++) {
+    std::vector<Op>& compute = s->devices[d].compute;
+    std::stable_sort(waits[d].begin(), waits[d].end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<Op> with_waits;
+    size_t next_wait = 0;
+    for (const Op& op : compute) {
+      // Waits for what ended by the time this allocation started, and not a moment longer.
+      if (allocates(op.kind))
+        for (; next_wait < waits[d].size() && waits[d][next_wait].first <= start(op) + kEps; next_wait++)
+          with_waits.push_back(waits[d][next_wait].second);
+      with_waits.push_back(op);
+    }
+    compute = std::move(with_waits);
+  }
+  std::stable_sort(transfers.begin(), transfers.end(),
+                   [](const TransferTimes& a, const TransferTimes& b) { return a.reload_start < b.reload_start; });
+  for (const TransferTimes& t : transfers) {
+    DeviceSchedule& ds = s->devices[p.device_of(t.stage)];
+    const int b = backward_position(ds.compute, t.stage, t.microbatch);
+    int anchor = -1;
+    for (int k = 0; k < b; k++)
+      if (ds.compute[k].kind != OpKind::kWait && start(ds.compute[k]) <= t.reload_start + kEps) anchor = k;
+    OPTPIPE_CHECK(anchor >= 0, "a reload must start after its forward");
+    ds.reloads.push_back({Op{OpKind::kReload, t.stage, t.microbatch}, ds.compute[anchor]});
+  }
+}
+
+bool settle_transfers(const Problem& p, int max_rounds, Schedule* s) {
+  for (int round = 0; round < max_rounds; round++) {
+    SimResult sim = simulate(p, *s);
+    if (!sim.ok()) return false;
+    int over = -1;
+    for (int d = 0; d < p.num_devices && over < 0; d++)
+      if (sim.timeline.devices[d].peak_bytes > p.devices[d].mem_budget_bytes) over = d;
+    if (over < 0) return true;
+    DeviceSchedule& ds = s->devices[over];
+    const DeviceFigures& f = sim.timeline.devices[over];
+    const Op at = f.peak_op;
+    // The offload that ends first after the peak, among those that need no forward after
+    // position `pos` (theirs, or one queued before them on the channel: a deadlock); −1 if none.
+    auto offload_in_flight = [&](int pos) {
+      int best = -1;
+      for (const Op& off : ds.offloads) {
+        if (position_of(ds.compute, Op{OpKind::kF, off.stage, off.microbatch}) > pos) break;
+        const int i = op_id(p, off);
+        if (sim.timeline.end_us[i] <= f.peak_time_us) continue;
+        if (best < 0 || sim.timeline.end_us[i] < sim.timeline.end_us[best]) best = i;
+      }
+      return best;
+    };
+    // Holds the compute stream at `pos` until offload `id` is done (moving its wait up, never
+    // down: the wait already gates what follows it); false if it already waits before `pos`.
+    auto wait_at = [&](int id, int pos) {
+      const Op wait{OpKind::kWait, op_from_id(p, id).stage, op_from_id(p, id).microbatch};
+      const int old = position_of(ds.compute, wait);
+      if (old >= 0 && old < pos) return false;
+      if (old >= 0) ds.compute.erase(ds.compute.begin() + old);
+      ds.compute.insert(ds.compute.begin() + pos, wait);
+      return true;
+    };
+    if (at.kind == OpKind::kReload) {
+      ReloadEntry* r = nullptr;
+      for (ReloadEntry& e : ds.reloads)
+        if (e.reload == at) r = &e;
+      OPTPIPE_CHECK(r, "the peak's reload is on its device");
+      const int anchor = position_of(ds.compute, r->anchor);
+      // A free still in flight: issue the reload once it is done, at a wait after the anchor.
+      if (const int off = offload_in_flight(anchor); off >= 0 && wait_at(off, anchor + 1)) {
+        r->anchor = ds.compute[anchor + 1];
+        continue;
+      }
+      int next = anchor + 1;
+      while (next < static_cast<int>(ds.compute.size()) && ds.compute[next].kind == OpKind::kWait) next++;
+      if (next >= backward_position(ds.compute, at.stage, at.microbatch)) return false;
+      r->anchor = ds.compute[next];
+      continue;
+    }
+    if (!allocates(at.kind)) return false;
+    const int pos = position_of(ds.compute, at);
+    const int off = offload_in_flight(pos);
+    if (off < 0 || !wait_at(off, pos)) return false;
+  }
+  return false;
+}
+
+}  // namespace optpipe
