@@ -180,7 +180,10 @@ class Iteration {
       for (const ReloadEntry& r : reloads) {
         const size_t k = slot(r.reload.stage, r.reload.microbatch);
         const int anchor = op_id(p_, r.anchor);
-        wait_for([&] { return started_[anchor] && offloaded_[k]; }, "the anchor " + op_name(r.anchor) + " of " + op_name(r.reload));
+        const size_t room = r.after ? slot(r.after->stage, r.after->microbatch) : k;  // the offload making room
+        wait_for([&] { return started_[anchor] && offloaded_[k] && offloaded_[room]; },
+                 "the anchor " + op_name(r.anchor) + " of " + op_name(r.reload) +
+                     (r.after ? " and " + op_name(*r.after) : std::string()));
         const int64_t predicted = p_.stages[r.reload.stage].act_f_bytes;
         allocate(predicted, op_name(r.reload));
         const double start = monotonic_us();

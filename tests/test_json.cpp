@@ -32,13 +32,20 @@ TEST(Json, ScheduleRoundTrip) {
   Schedule s = fs.value.schedule;
   s.devices[0].offloads.push_back({OpKind::kOffload, 0, 1});
   s.devices[0].reloads.push_back({{OpKind::kReload, 0, 1}, {OpKind::kF, 0, 3}});
+  s.devices[0].offloads.push_back({OpKind::kOffload, 0, 2});
+  s.devices[0].reloads.push_back({{OpKind::kReload, 0, 2}, {OpKind::kF, 0, 4}, Op{OpKind::kOffload, 0, 1}});
+  s.devices[0].compute.insert(s.devices[0].compute.begin() + 5, {OpKind::kWait, 0, 1});
   const std::string text = schedule_to_json(s);
+  EXPECT_TRUE(has(text, "\"after\": \"OFFLOAD1 s0\"")) << text;
+  EXPECT_TRUE(has(text, "\"WAIT1 s0\"")) << text;
   EXPECT_TRUE(has(text, "\"format\": \"optpipe.schedule/1\""));
   Result<Schedule> back = schedule_from_json(text);
   ASSERT_TRUE(back.ok()) << back.status.message;
   EXPECT_EQ(schedule_to_json(back.value), text);
   EXPECT_EQ(back.value.placement, Placement::kVShape);
   EXPECT_EQ(back.value.devices[0].reloads[0].anchor, (Op{OpKind::kF, 0, 3}));
+  EXPECT_FALSE(back.value.devices[0].reloads[0].after.has_value());
+  EXPECT_EQ(back.value.devices[0].reloads[1].after, (Op{OpKind::kOffload, 0, 1}));
 }
 
 TEST(Json, BadProblemsNameTheField) {

@@ -116,6 +116,27 @@ TEST(Simulate, WaitHoldsTheStreamUntilTheOffloadHasFreedItsBytes) {
   EXPECT_DOUBLE_EQ(r.timeline.devices[0].busy_us, 70);  // a wait is not busy
 }
 
+TEST(Simulate, ReloadWaitsForTheOffloadNamedAfter) {
+  Problem p = tiny(1, 2);
+  p.host_link = {/*d2h*/ 0.1, /*h2d*/ 0.1, /*latency*/ 2};  // 12 us transfers
+  Schedule s = schedule_for(p);
+  s.devices[0].compute = {op(OpKind::kF, 0, 0), op(OpKind::kF, 0, 1), op(OpKind::kB, 0, 1), op(OpKind::kW, 0, 1),
+                          op(OpKind::kB, 0, 0), op(OpKind::kW, 0, 0)};
+  s.devices[0].offloads = {op(OpKind::kOffload, 0, 0), op(OpKind::kOffload, 0, 1)};
+  // Offloads [10,22] and [22,34]. Reload 0 anchored at F1 (10) is free to go at 22, its own
+  // offload's end; told to wait for offload 1, at 34.
+  s.devices[0].reloads = {{op(OpKind::kReload, 0, 0), op(OpKind::kF, 0, 1)},
+                          {op(OpKind::kReload, 0, 1), op(OpKind::kF, 0, 1)}};
+  SimResult free = simulate(p, s);
+  ASSERT_TRUE(free.ok()) << free.status.message;
+  EXPECT_DOUBLE_EQ(free.timeline.start_us[op_id(p, op(OpKind::kReload, 0, 0))], 22);
+  s.devices[0].reloads[0].after = op(OpKind::kOffload, 0, 1);
+  SimResult held = simulate(p, s);
+  ASSERT_TRUE(held.ok()) << held.status.message;
+  EXPECT_DOUBLE_EQ(held.timeline.start_us[op_id(p, op(OpKind::kReload, 0, 0))], 34);
+  EXPECT_DOUBLE_EQ(held.timeline.start_us[op_id(p, op(OpKind::kReload, 0, 1))], 46);  // the channel's next
+}
+
 TEST(Simulate, ReloadWaitsForItsAnchor) {
   Problem p = tiny(1, 2);
   p.host_link = {1000, 1000, 1};  // ~2 us transfers

@@ -91,6 +91,16 @@ TEST(Validate, ReloadAnchoredAfterItsBackward) {
   d0.reloads.back().anchor = Op{OpKind::kF, 0, 3};  // before B1: fine
   v = validate(f.problem, f.schedule);
   EXPECT_TRUE(v.ok()) << v.summary();
+
+  d0.reloads.back().after = Op{OpKind::kOffload, 1, 0};  // device 1's
+  v = validate(f.problem, f.schedule);
+  EXPECT_TRUE(mentions(v, "RELOAD1 s0 waits for OFFLOAD0 s1, which is not an offload device 0 runs")) << v.summary();
+  d0.reloads.back().after = Op{OpKind::kOffload, 0, 2};  // not on the schedule
+  v = validate(f.problem, f.schedule);
+  EXPECT_TRUE(mentions(v, "RELOAD1 s0 waits for OFFLOAD2 s0, which is not an offload device 0 runs")) << v.summary();
+  d0.reloads.back().after.reset();
+  v = validate(f.problem, f.schedule);
+  ASSERT_TRUE(v.ok()) << v.summary();
   EXPECT_EQ(v.sim.timeline.devices[0].offload_bytes, f.problem.stages[0].act_f_bytes);
 }
 

@@ -5,8 +5,17 @@
 // plus the deltas of every op ordered before it, within the budget. Made tractable the paper's
 // way: each stage runs its F's, B's and W's in microbatch order (first in, first out — no loss
 // for identical microbatches), orders implied on a device are not variables, and a warm start
-// and a time limit bound the solve. Activations are kept (offload and recompute are decided by
-// the heuristics only, so far); B and W are separate ops (a fused BW is B then W).
+// and a time limit bound the solve. B and W are separate ops (a fused BW is B then W).
+//
+// With `recompute`, a binary per activation drops it after F and runs R just before B (one R+B
+// block). With `offload`, a binary per activation and continuous start times for its offload and
+// reload, one transfer at a time per direction of a host link (a big-M order binary per pair of
+// transfers there); B starts after the reload ends. Memory is then also checked at every reload's
+// start, and each check counts an offloaded activation as gone only where a binary says its
+// offload ended by then, and as back where its reload started by then; the compute ops a reload
+// check counts likewise get a binary each (started, or ended, by then). The schedule read back
+// waits (WAIT ops) where an F or R started after an offload ended, and is settled in the
+// simulator as the CP model's is (by_start.h).
 //
 //   Result<MilpModel> m = build_milp(problem, {.memory = true});
 //   MilpSolution s = solve_milp(problem, m.value, {.time_limit_s = 30}, &warm_start);
@@ -30,6 +39,7 @@ struct MilpOptions {
   int threads = 1;
   double horizon_us = 0;  // big-M and time bound; 0: all work and hops in sequence
   bool recompute = false;  // with memory: also decide which activations to recompute
+  bool offload = false;    // with memory: also decide which to offload, and when to move them
 };
 
 struct MilpRow {
@@ -44,6 +54,9 @@ struct MilpModel {
   std::vector<MilpRow> rows;
   std::vector<int> start_col;  // by op id: the start-time column of F/B/W ops (B: of R+B), −1 otherwise
   std::vector<int> recompute_col;  // by stage·M + microbatch: the recompute binary, −1 when none
+  // By stage·M + microbatch, −1 when none: the offload binary, the offload's and the reload's
+  // start times (when not offloaded: F's end and the horizon).
+  std::vector<int> offload_col, offload_start_col, reload_start_col;
   int makespan_col = -1;
   // For warm starts: each order binary says "a before b" when 1.
   struct Pair {
@@ -57,7 +70,7 @@ struct MilpModel {
     bool z_complemented;
   };
   std::vector<Product> products;
-  size_t num_binaries() const;
+  size_t num_binaries() const;  // every integer column
 };
 
 Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options);

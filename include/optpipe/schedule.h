@@ -1,7 +1,8 @@
 // schedule.h — a pipeline schedule: what each device runs, in which order. No times.
 //
 // Per device: the ordered compute ops (F, B, W, BW, R), the ordered offloads, and the ordered
-// reloads, each reload anchored to the compute op whose start releases it. The simulator derives
+// reloads, each reload anchored to the compute op whose start releases it (and optionally held
+// until another offload has finished). The simulator derives
 // all times from this, so the solver, simulator, exporters and runtime read one meaning.
 //
 // Which activations are offloaded or recomputed is part of the schedule itself: F(s,i) is
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,9 @@ bool parse_op_name(const std::string& text, Op* out);
 struct ReloadEntry {
   Op reload;  // kind kReload
   Op anchor;  // a compute op on the same device, before the B/BW this reload feeds
+  // Optionally an offload on the same device that must have finished first: its bytes make the
+  // room this reload needs (a copy stream waiting on the other copy's event).
+  std::optional<Op> after;
 };
 
 struct DeviceSchedule {

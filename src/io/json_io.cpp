@@ -275,6 +275,7 @@ Result<Schedule> schedule_from_json(const std::string& text) {
           ReloadEntry e;
           if (const json* v = rr.get("op", true)) read_op(*v, rp + ".op", &e.reload);
           if (const json* v = rr.get("anchor", true)) read_op(*v, rp + ".anchor", &e.anchor);
+          if (const json* v = rr.get("after", false)) read_op(*v, rp + ".after", &e.after.emplace());
           rr.finish();
           ds.reloads.push_back(e);
         }
@@ -300,7 +301,11 @@ std::string schedule_to_json(const Schedule& s) {
     d["offloads"] = json::array();
     for (const Op& op : ds.offloads) d["offloads"].push_back(op_name(op));
     d["reloads"] = json::array();
-    for (const ReloadEntry& e : ds.reloads) d["reloads"].push_back({{"op", op_name(e.reload)}, {"anchor", op_name(e.anchor)}});
+    for (const ReloadEntry& e : ds.reloads) {
+      json r = {{"op", op_name(e.reload)}, {"anchor", op_name(e.anchor)}};
+      if (e.after) r["after"] = op_name(*e.after);
+      d["reloads"].push_back(std::move(r));
+    }
     j["devices"].push_back(std::move(d));
   }
   return j.dump(1) + "\n";

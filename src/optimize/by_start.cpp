@@ -47,6 +47,7 @@ void add_transfers_by_start(const Problem& p, const std::function<double(const O
                             std::vector<TransferTimes> transfers, Schedule* s) {
   constexpr double kEps = 1e-6;
   std::vector<std::vector<std::pair<double, Op>>> waits(p.num_devices);  // (offload end, WAIT)
+  const std::vector<TransferTimes> all = transfers;
   std::stable_sort(transfers.begin(), transfers.end(),
                    [](const TransferTimes& a, const TransferTimes& b) { return a.offload_start < b.offload_start; });
   for (const TransferTimes& t : transfers) {
@@ -77,7 +78,16 @@ void add_transfers_by_start(const Problem& p, const std::function<double(const O
     for (int k = 0; k < b; k++)
       if (ds.compute[k].kind != OpKind::kWait && start(ds.compute[k]) <= t.reload_start + kEps) anchor = k;
     OPTPIPE_CHECK(anchor >= 0, "a reload must start after its forward");
-    ds.reloads.push_back({Op{OpKind::kReload, t.stage, t.microbatch}, ds.compute[anchor]});
+    // And after the offload that ended last before it, when that was after the anchor started.
+    std::optional<Op> after;
+    double after_end = start(ds.compute[anchor]);
+    for (const TransferTimes& o : all)
+      if (p.device_of(o.stage) == p.device_of(t.stage) && o.offload_end > after_end && o.offload_end <= t.reload_start + kEps &&
+          !(o.stage == t.stage && o.microbatch == t.microbatch)) {
+        after = Op{OpKind::kOffload, o.stage, o.microbatch};
+        after_end = o.offload_end;
+      }
+    ds.reloads.push_back({Op{OpKind::kReload, t.stage, t.microbatch}, ds.compute[anchor], after});
   }
 }
 
@@ -119,15 +129,15 @@ bool settle_transfers(const Problem& p, int max_rounds, Schedule* s) {
       for (ReloadEntry& e : ds.reloads)
         if (e.reload == at) r = &e;
       OPTPIPE_CHECK(r, "the peak's reload is on its device");
-      const int anchor = position_of(ds.compute, r->anchor);
-      // A free still in flight: issue the reload once it is done, at a wait after the anchor.
-      if (const int off = offload_in_flight(anchor); off >= 0 && wait_at(off, anchor + 1)) {
-        r->anchor = ds.compute[anchor + 1];
+      const int b = backward_position(ds.compute, at.stage, at.microbatch);
+      // A free still in flight: issue the reload once it is done; else at the next compute op.
+      if (const int off = offload_in_flight(b - 1); off >= 0) {  // never its own: that ended before it started
+        r->after = op_from_id(p, off);
         continue;
       }
-      int next = anchor + 1;
-      while (next < static_cast<int>(ds.compute.size()) && ds.compute[next].kind == OpKind::kWait) next++;
-      if (next >= backward_position(ds.compute, at.stage, at.microbatch)) return false;
+      int next = position_of(ds.compute, r->anchor) + 1;
+      while (next < b && ds.compute[next].kind == OpKind::kWait) next++;
+      if (next >= b) return false;
       r->anchor = ds.compute[next];
       continue;
     }

@@ -91,6 +91,13 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
         }
       }
       x[m.makespan_col] = sim.timeline.makespan_us;
+      // Nothing offloaded: each offload "starts" at its F's end, each reload at the horizon.
+      for (size_t j = 0; j < m.offload_col.size(); j++) {
+        if (m.offload_col[j] < 0) continue;
+        const Op f{OpKind::kF, static_cast<int>(j) / M, static_cast<int>(j) % M};
+        x[m.offload_start_col[j]] = x[m.start_col[op_id(p, f)]] + p.stages[f.stage].t_f_us;
+        x[m.reload_start_col[j]] = m.col_ub[m.reload_start_col[j]];
+      }
       for (const MilpModel::Pair& pr : m.pairs) x[pr.col] = position[op_id(p, pr.a)] < position[op_id(p, pr.b)] ? 1 : 0;
       for (const MilpModel::Product& pr : m.products) x[pr.col] = (pr.z_complemented ? 1 - x[pr.z_col] : x[pr.z_col]) * x[pr.r_col];
       if (usable) {
@@ -124,10 +131,23 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
       ops.push_back(op);
       if (op.kind == OpKind::kB && recomputes(op)) ops.push_back({OpKind::kR, op.stage, op.microbatch});
     }
-    out.schedule = schedule_by_start(p, ops, [&](const Op& op) {
+    auto start = [&](const Op& op) {
       const double block = x[m.start_col[op_id(p, {op.kind == OpKind::kR ? OpKind::kB : op.kind, op.stage, op.microbatch})]];
       return op.kind == OpKind::kB && recomputes(op) ? block + p.stages[op.stage].t_r_us : block;
-    });
+    };
+    out.schedule = schedule_by_start(p, ops, start);
+    std::vector<TransferTimes> transfers;
+    for (size_t j = 0; j < m.offload_col.size(); j++)
+      if (m.offload_col[j] >= 0 && x[m.offload_col[j]] > 0.5) {
+        const int s = static_cast<int>(j) / M;
+        const double off = x[m.offload_start_col[j]];
+        transfers.push_back({s, static_cast<int>(j) % M, off, off + p.offload_us(s), x[m.reload_start_col[j]]});
+      }
+    if (!transfers.empty()) {
+      add_transfers_by_start(p, start, std::move(transfers), &out.schedule);
+      if (!settle_transfers(p, 4 * p.num_stages() * M, &out.schedule))
+        out.status = Status::Invalid("the MILP solution's transfers overflow a budget when simulated");
+    }
   }
   Cbc_deleteModel(model);
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

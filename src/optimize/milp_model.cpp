@@ -6,11 +6,11 @@
 
 namespace optpipe {
 
-size_t MilpModel::num_binaries() const {
-  size_t n = pairs.size();
-  for (int c : recompute_col) n += c >= 0;
-  return n;
-}
+// A compute op that starts this much after a reload counts as after it; at equal times the
+// simulator has both allocations.
+constexpr double kTieUs = 1e-3;
+
+size_t MilpModel::num_binaries() const { return static_cast<size_t>(std::count(col_integer.begin(), col_integer.end(), 1)); }
 
 Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
   using R = Result<MilpModel>;
@@ -25,12 +25,14 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
   auto hop = [&](int a, int b) { return p.device_of(a) == p.device_of(b) ? 0.0 : p.t_comm_us; };
   // What a recompute of stage s frees between F and R.
   auto dropped = [&](int s) { return p.stages[s].act_f_bytes - p.stages[s].act_input_bytes; };
-  const bool recompute = options.memory && options.recompute;
+  const bool recompute = options.memory && options.recompute, offload = options.memory && options.offload;
 
   double horizon = options.horizon_us;
   if (horizon <= 0) {
-    for (int s = 0; s < S; s++)
+    for (int s = 0; s < S; s++) {
       horizon += M * (dur(OpKind::kF, s) + dur(OpKind::kB, s) + dur(OpKind::kW, s) + (recompute ? p.stages[s].t_r_us : 0));
+      if (offload) horizon += M * (p.offload_us(s) + p.reload_us(s));
+    }
     horizon += 2.0 * S * M * p.t_comm_us;
   }
 
@@ -57,6 +59,16 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
   for (int s = 0; s < S && recompute; s++)
     for (int i = 0; i < M; i++)
       if (dropped(s) > 0) m.recompute_col[s * M + i] = add_col(0, 1, 0, true);
+  m.offload_col.assign(static_cast<size_t>(S) * M, -1);
+  m.offload_start_col.assign(static_cast<size_t>(S) * M, -1);
+  m.reload_start_col.assign(static_cast<size_t>(S) * M, -1);
+  for (int s = 0; s < S && offload; s++)
+    for (int i = 0; i < M; i++)
+      if (p.stages[s].act_f_bytes > 0) {
+        m.offload_col[s * M + i] = add_col(0, 1, 0, true);
+        m.offload_start_col[s * M + i] = add_col(0, horizon, 0, false);
+        m.reload_start_col[s * M + i] = add_col(0, horizon, 0, false);
+      }
   auto col = [&](const Op& op) { return m.start_col[op_id(p, op)]; };
   auto rcol = [&](const Op& op) {
     return op.kind == OpKind::kF || op.kind == OpKind::kB ? m.recompute_col[op.stage * M + op.microbatch] : -1;
@@ -87,6 +99,36 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
         for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW}) after(Op{k, s, i}, Op{k, s, i + 1}, dur(k, s));
     }
   }
+
+  // Transfers: offload after F; reload after the offload, B after the reload (when offloaded);
+  // not both offloaded and recomputed; one transfer at a time per direction of a host link.
+  int max_link = 0;
+  for (const DeviceSpec& dev : p.devices) max_link = std::max(max_link, dev.host_link);
+  std::vector<std::vector<int>> on_link(max_link + 1);  // stage·M + microbatch with an offload binary
+  for (int s = 0; s < S && offload; s++)
+    for (int i = 0; i < M; i++) {
+      const int j = s * M + i, o = m.offload_col[j];
+      if (o < 0) continue;
+      const int O = m.offload_start_col[j], L = m.reload_start_col[j];
+      m.rows.push_back({{O, col(Op{OpKind::kF, s, i})}, {1, -1}, dur(OpKind::kF, s), inf});
+      m.rows.push_back({{L, O, o}, {1, -1, -horizon}, p.offload_us(s) - horizon, inf});
+      m.rows.push_back({{col(Op{OpKind::kB, s, i}), L, o}, {1, -1, -horizon}, p.reload_us(s) - horizon, inf});
+      if (m.recompute_col[j] >= 0) m.rows.push_back({{o, m.recompute_col[j]}, {1, 1}, -inf, 1});
+      on_link[p.devices[p.device_of(s)].host_link].push_back(j);
+    }
+  for (const std::vector<int>& link : on_link)
+    for (size_t x = 0; x < link.size(); x++)
+      for (size_t y = x + 1; y < link.size(); y++) {
+        const int a = link[x], b = link[y], oa = m.offload_col[a], ob = m.offload_col[b];
+        for (const std::vector<int>* starts : {&m.offload_start_col, &m.reload_start_col}) {
+          const bool out = starts == &m.offload_start_col;
+          const double da = out ? p.offload_us(a / M) : p.reload_us(a / M), db = out ? p.offload_us(b / M) : p.reload_us(b / M);
+          const int q = add_col(0, 1, 0, true);  // 1: a's transfer first
+          // start(b) ≥ end(a) − H(1 − q) − H(2 − oa − ob);  start(a) ≥ end(b) − H·q − H(2 − oa − ob)
+          m.rows.push_back({{(*starts)[b], (*starts)[a], q, oa, ob}, {1, -1, -horizon, -horizon, -horizon}, da - 3 * horizon, inf});
+          m.rows.push_back({{(*starts)[a], (*starts)[b], q, oa, ob}, {1, -1, horizon, -horizon, -horizon}, db - 2 * horizon, inf});
+        }
+      }
 
   // Orders a device's own dependencies already imply (transitive closure of the rows above
   // restricted to one device), so only the rest need a binary.
@@ -141,12 +183,16 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
     // near the others' magnitude.
     const DeviceSpec& dev = p.devices[d];
     constexpr double kMiB = 1 << 20;
+    std::vector<int> offloaded_here;  // stage·M + microbatch with an offload binary, on this device
+    for (const Op& o : list)
+      if (o.kind == OpKind::kF && m.offload_col[o.stage * M + o.microbatch] >= 0) offloaded_here.push_back(o.stage * M + o.microbatch);
     double big = static_cast<double>(dev.static_bytes);  // exceeds any sum of this device's deltas
     for (const Op& o : list) {
       const StageSpec& h = p.stages[o.stage];
       big += std::abs(static_cast<double>(o.kind == OpKind::kF ? h.act_f_bytes : o.kind == OpKind::kB ? h.act_b_bytes : h.act_w_bytes)) +
              std::max({h.ws_f_bytes, h.ws_b_bytes, h.ws_w_bytes, dropped(o.stage)});
     }
+    for (int j : offloaded_here) big += 2.0 * static_cast<double>(p.stages[j / M].act_f_bytes);  // gone, back
     // The row for an allocation of `bytes` just as `list[y]` starts; with `when_recomputing`, only
     // binding when list[y] (a B) recomputes.
     auto add_memory_row = [&](int y, double bytes, bool when_recomputing) -> Status {
@@ -189,6 +235,20 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
           term(w, moved);
         }
       }
+      // Offloaded activations: gone where the offload ended by op's start (a), back where the
+      // reload started by then (b).
+      for (int j : offloaded_here) {
+        if (j == op.stage * M + op.microbatch) continue;
+        const int f = index_of[op_id(p, Op{OpKind::kF, j / M, j % M})];
+        if (before[y][f]) continue;  // not allocated yet, nor moved
+        const double bytes = static_cast<double>(p.stages[j / M].act_f_bytes);
+        const int a = add_col(0, 1, 0, true), b = add_col(0, 1, 0, true);
+        m.rows.push_back({{a, m.offload_col[j]}, {1, -1}, -inf, 0});
+        m.rows.push_back({{col(op), m.offload_start_col[j], a}, {1, -1, -horizon}, p.offload_us(j / M) - horizon, inf});
+        m.rows.push_back({{m.reload_start_col[j], col(op), b}, {1, -1, horizon}, 0, inf});
+        term(a, -bytes);
+        term(b, bytes);
+      }
       double ub = static_cast<double>(dev.mem_budget_bytes) - fixed;
       if (when_recomputing) {
         term(rcol(op), big);
@@ -209,6 +269,64 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
       if (st.ok() && rcol(op) >= 0 && op.kind == OpKind::kB)
         st = add_memory_row(y, static_cast<double>(dropped(op.stage) + g.ws_f_bytes), true);
       if (!st.ok()) return R::Error(st);
+    }
+    // Memory at each reload's start, binding when it is offloaded: the reload's bytes, plus every
+    // F started by then (u), less every B or W ended by then (v), plus the other offloaded
+    // activations as above, plus the largest workspace. A recompute's drop is not counted (too
+    // much, never too little).
+    int64_t workspace = 0;
+    for (const Op& o : list) {
+      const StageSpec& h = p.stages[o.stage];
+      workspace = std::max({workspace, h.ws_f_bytes, h.ws_b_bytes, h.ws_w_bytes});
+    }
+    for (int j : offloaded_here) {
+      const int L = m.reload_start_col[j], oj = m.offload_col[j];
+      const int fj = index_of[op_id(p, Op{OpKind::kF, j / M, j % M})], bj = index_of[op_id(p, Op{OpKind::kB, j / M, j % M})];
+      double fixed = static_cast<double>(dev.static_bytes + workspace + p.stages[j / M].act_f_bytes);
+      MilpRow row;
+      auto term = [&](int c, double coef) {
+        row.cols.push_back(c);
+        row.coefs.push_back(coef / kMiB);
+      };
+      for (int x = 0; x < n; x++) {
+        const Op& o = list[x];
+        const StageSpec& h = p.stages[o.stage];
+        if (x == fj || before[bj][x]) continue;  // F_j: offloaded; ops after B_j: after the reload too
+        if (o.kind == OpKind::kF) {
+          if (before[x][fj]) {
+            fixed += h.act_f_bytes;
+            continue;
+          }
+          const int u = add_col(0, 1, 0, true);  // 0: starts after the reload
+          m.rows.push_back({{col(o), L, u, oj}, {1, -1, horizon, -horizon}, kTieUs - horizon, inf});
+          term(u, static_cast<double>(h.act_f_bytes));
+        } else {
+          const double delta = static_cast<double>(o.kind == OpKind::kB ? h.act_b_bytes : h.act_w_bytes);
+          if (before[x][fj]) {
+            fixed += delta;
+            continue;
+          }
+          const int v = add_col(0, 1, 0, true);  // 1: ends by the reload's start
+          MilpRow ends{{L, col(o), v}, {1, -1, -horizon}, dur(o.kind, o.stage) - horizon, inf};
+          extend_block(ends, o);
+          m.rows.push_back(std::move(ends));
+          term(v, delta);
+        }
+      }
+      for (int k : offloaded_here) {
+        if (k == j) continue;
+        const double bytes = static_cast<double>(p.stages[k / M].act_f_bytes);
+        const int a = add_col(0, 1, 0, true), b = add_col(0, 1, 0, true);
+        m.rows.push_back({{a, m.offload_col[k]}, {1, -1}, -inf, 0});
+        m.rows.push_back({{L, m.offload_start_col[k], a}, {1, -1, -horizon}, p.offload_us(k / M) - horizon, inf});
+        m.rows.push_back({{m.reload_start_col[k], L, b}, {1, -1, horizon}, 0, inf});
+        term(a, -bytes);
+        term(b, bytes);
+      }
+      term(oj, big);
+      row.lb = -inf;
+      row.ub = (static_cast<double>(dev.mem_budget_bytes) - fixed + big) / kMiB;
+      m.rows.push_back(std::move(row));
     }
   }
   return R::Of(std::move(m));

@@ -132,8 +132,8 @@ void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vec
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // The exact models on small problems, in the time left. To improve the winner in its placement:
-// the CP model with the budget deciding offloads and recomputes, and the MILP deciding recomputes
-// (warm-started from the winner when it has no offloads and each R sits just before its B); a
+// the CP model and the MILP with the budget, both deciding offloads and recomputes (the MILP
+// warm-started from the winner when it has no offloads and each R sits just before its B); a
 // faster solution that fits replaces it. To prove bounds in every placement searched whose simple bound
 // is below the winner: the CP model without the budget, then, if it did not finish, the MILP's
 // relaxation — both hold for every schedule of the placement, offloads and recomputes included.
@@ -159,7 +159,8 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
   out->stats.exact_solves++;
   out->stats.exact_nodes += cp.nodes;
   consider(cp.status, cp.schedule, " +cp");
-  const MilpOptions budgeted{.memory = true, .time_limit_s = share, .threads = options.threads, .recompute = true};
+  const MilpOptions budgeted{
+      .memory = true, .time_limit_s = share, .threads = options.threads, .recompute = true, .offload = true};
   Result<MilpModel> model = build_milp(out->problem, budgeted);
   if (model.ok() && model.value.num_binaries() <= kMaxExactBinaries) {
     MilpSolution sol = solve_milp(out->problem, model.value, budgeted, &out->schedule);

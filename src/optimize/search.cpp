@@ -68,6 +68,9 @@ void remove_offload(DeviceSchedule& ds, int stage, int microbatch) {
       ds.reloads.erase(ds.reloads.begin() + k);
       break;
     }
+  const Op offload{OpKind::kOffload, stage, microbatch};
+  for (ReloadEntry& r : ds.reloads)
+    if (r.after == offload) r.after.reset();
 }
 
 namespace {

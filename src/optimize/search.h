@@ -49,7 +49,8 @@ int backward_index(const std::vector<Op>& compute, int stage, int microbatch);
 // by their backward).
 void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor);
 
-// Keeps F(stage, microbatch)'s activation on the device again: its offload and reload go.
+// Keeps F(stage, microbatch)'s activation on the device again: its offload, reload and wait go,
+// and no reload waits for that offload any more.
 void remove_offload(DeviceSchedule& ds, int stage, int microbatch);
 
 // Offloads or recomputes activations alive at overflowing peaks (with every_overflow: at every

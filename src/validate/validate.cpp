@@ -151,6 +151,14 @@ struct Checker {
         if (device_of_id[b] == d && position[ai] >= position[b])
           report(d, &op, dev(d) + ": " + op_name(op) + " is anchored to " + op_name(a) +
                              ", which does not come before " + op_name(op_from_id(p, b)) + " that waits for it");
+        if (r.after) {
+          const Op& x = *r.after;
+          const bool ok = x.kind == OpKind::kOffload && x.stage >= 0 && x.stage < S && x.microbatch >= 0 &&
+                          x.microbatch < M && device_of_id[op_id(S, M, x)] == d;
+          if (!ok)
+            report(d, &op, dev(d) + ": " + op_name(op) + " waits for " + op_name(x) + ", which is not an offload " + dev(d) +
+                               " runs");
+        }
       }
     }
   }
