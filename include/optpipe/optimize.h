@@ -103,6 +103,10 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options);
 // that offloading and recomputing could save in that time.
 double makespan_lower_bound(const Problem& p);
 
+// The part of that bound that holds without a budget: each device's earliest start plus all its
+// work, and one microbatch's own chain.
+double load_lower_bound(const Problem& p);
+
 // No schedule of p fits device d in less: static memory plus the largest single op's activation
 // and workspace on it.
 std::vector<int64_t> budget_lower_bound(const Problem& p);

@@ -74,28 +74,53 @@ double warmup_idle_us(const Problem& p, int d, const std::vector<double>& head, 
 
 }  // namespace
 
-double makespan_lower_bound(const Problem& p) {
-  const int S = p.num_stages(), D = p.num_devices, M = p.num_microbatches;
-  // Earliest start of the first forward of each stage: the forwards of all earlier stages, and a
-  // hop for every change of device on the way.
-  std::vector<double> head(S, 0);
-  for (int s = 1; s < S; s++)
+namespace {
+
+// Earliest start of the first forward of each stage: the forwards of all earlier stages, and a
+// hop for every change of device on the way.
+std::vector<double> forward_heads(const Problem& p) {
+  std::vector<double> head(p.num_stages(), 0);
+  for (int s = 1; s < p.num_stages(); s++)
     head[s] = head[s - 1] + p.stages[s - 1].t_f_us + (p.device_of(s - 1) == p.device_of(s) ? 0 : p.t_comm_us);
-  std::vector<double> first(D, std::numeric_limits<double>::infinity()), work(D, 0);
-  for (int s = 0; s < S; s++) {
+  return head;
+}
+
+// Per device: the earliest its first op can start, and all its F, B and W time.
+void device_heads_and_work(const Problem& p, const std::vector<double>& head, std::vector<double>* first,
+                           std::vector<double>* work) {
+  first->assign(p.num_devices, kInf);
+  work->assign(p.num_devices, 0);
+  for (int s = 0; s < p.num_stages(); s++) {
     const int d = p.device_of(s);
-    first[d] = std::min(first[d], head[s]);
+    (*first)[d] = std::min((*first)[d], head[s]);
     const StageSpec& st = p.stages[s];
-    work[d] += M * (st.t_f_us + st.t_b_us + st.t_w_us);
+    (*work)[d] += p.num_microbatches * (st.t_f_us + st.t_b_us + st.t_w_us);
   }
+}
+
+}  // namespace
+
+double load_lower_bound(const Problem& p) {
+  const int S = p.num_stages();
+  const std::vector<double> head = forward_heads(p);
+  std::vector<double> first, work;
+  device_heads_and_work(p, head, &first, &work);
   double bound = 0;
-  for (int d = 0; d < D; d++) bound = std::max(bound, first[d] + work[d]);
+  for (int d = 0; d < p.num_devices; d++) bound = std::max(bound, first[d] + work[d]);
   // One microbatch's own chain: every forward, every input-gradient back, then stage 0's W.
   double chain = head[S - 1];
   for (int s = 0; s < S; s++) chain += (s == S - 1 ? p.stages[s].t_f_us : 0) + p.stages[s].t_b_us;
   for (int s = S - 1; s > 0; s--) chain += p.device_of(s) == p.device_of(s - 1) ? 0 : p.t_comm_us;
   chain += p.stages[0].t_w_us;
-  bound = std::max(bound, chain);
+  return std::max(bound, chain);
+}
+
+double makespan_lower_bound(const Problem& p) {
+  const int S = p.num_stages(), D = p.num_devices, M = p.num_microbatches;
+  const std::vector<double> head = forward_heads(p);
+  std::vector<double> first, work;
+  device_heads_and_work(p, head, &first, &work);
+  double bound = load_lower_bound(p);
 
   // Memory-time area. Activation memory never exceeds C = budget − static, so over a makespan T
   // the activations' bytes × lifetimes sum to at most C·T. An activation kept from F's start to

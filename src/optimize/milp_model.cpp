@@ -54,7 +54,10 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
         m.start_col[op_id(p, op)] = add_col(0, horizon - dur(k, s), 0, false);
         ops[p.device_of(s)].push_back(op);
       }
-  m.makespan_col = add_col(0, horizon, 1, false);
+  // Load cuts: no schedule of the placement is faster (none that fits, with the budget). Slightly
+  // under, so that rounding never cuts off an optimum that meets the bound.
+  const double cut = (options.memory ? makespan_lower_bound(p) : load_lower_bound(p)) * (1 - 1e-9);
+  m.makespan_col = add_col(std::min(cut, horizon), horizon, 1, false);
   m.recompute_col.assign(static_cast<size_t>(S) * M, -1);
   for (int s = 0; s < S && recompute; s++)
     for (int i = 0; i < M; i++)
