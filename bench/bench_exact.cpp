@@ -32,8 +32,8 @@ Problem random_problem(std::mt19937& rng, int microbatches) {
     st.t_w_us = 50 + rng() % 300;
     st.t_r_us = std::floor(st.t_f_us / 4);
   }
-  const double latency_us = 20 + rng() % 100, transfer_us = 20 + rng() % 200;
-  const double gb_per_s = static_cast<double>(p.stages[0].act_f_bytes) / (transfer_us * 1e3);
+  const double latency_us = 20 + rng() % 100, bandwidth_us = 20 + rng() % 200;
+  const double gb_per_s = static_cast<double>(p.stages[0].act_f_bytes) / (bandwidth_us * 1e3);
   p.host_link = {gb_per_s, gb_per_s, latency_us};
   const int64_t halves = 3 + rng() % 3;
   for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + halves * p.stages[0].act_f_bytes / 2;

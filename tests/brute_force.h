@@ -26,6 +26,12 @@ inline Problem tiny_problem(std::mt19937& rng, int M) {
   return p;
 }
 
+// A host link on which an activation's transfer takes `latency_us` plus `bandwidth_us`.
+inline void set_transfer_time(Problem* p, double latency_us, double bandwidth_us) {
+  const double gb_per_s = static_cast<double>(p->stages[0].act_f_bytes) / (bandwidth_us * 1e3);
+  p->host_link = {.d2h_gb_per_s = gb_per_s, .h2d_gb_per_s = gb_per_s, .latency_us = latency_us};
+}
+
 // Every order of each device's F/B/W ops that respects its own dependencies, simulated; the
 // smallest makespan (of those within the budget, if asked; 0 if none). Tiny problems only.
 inline double brute_force_makespan(const Problem& p, bool within_budget) {

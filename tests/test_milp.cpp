@@ -138,8 +138,7 @@ TEST(Milp, OffloadBinaries) {
   int helped = 0;
   for (int trial = 0; trial < 4; trial++) {
     Problem p = tiny_problem(rng, 2);
-    p.host_link = {.d2h_gb_per_s = p.stages[0].act_f_bytes / 40e3, .h2d_gb_per_s = p.stages[0].act_f_bytes / 40e3,
-                   .latency_us = 60};
+    set_transfer_time(&p, 60, 40);
     const MilpOptions with_offload{.memory = true, .time_limit_s = 60, .offload = true};
     Result<MilpModel> roomy_model = build_milp(p, with_offload);
     ASSERT_TRUE(roomy_model.ok()) << roomy_model.status.message;
@@ -176,8 +175,7 @@ TEST(Milp, OffloadBinaries) {
 TEST(Milp, ReloadGatedOnAnotherOffload) {
   std::mt19937 rng(17);
   Problem p = tiny_problem(rng, 3);
-  p.host_link = {.d2h_gb_per_s = p.stages[0].act_f_bytes / 40e3, .h2d_gb_per_s = p.stages[0].act_f_bytes / 40e3,
-                 .latency_us = 60};
+  set_transfer_time(&p, 60, 40);
   for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 3 * p.stages[0].act_f_bytes / 2;
   const MilpOptions options{.memory = true, .time_limit_s = 60, .offload = true};
   Result<MilpModel> m = build_milp(p, options);
@@ -273,8 +271,7 @@ TEST(Cp, OffloadIntervals) {
     Problem p = tiny_problem(rng, 2);
     for (StageSpec& st : p.stages) st.t_r_us = std::floor(st.t_f_us / 4);
     // A transfer takes 60 µs of latency and 40 µs of bandwidth, against forwards of 100–500 µs.
-    p.host_link = {.d2h_gb_per_s = p.stages[0].act_f_bytes / 40e3, .h2d_gb_per_s = p.stages[0].act_f_bytes / 40e3,
-                   .latency_us = 60};
+    set_transfer_time(&p, 60, 40);
     CpSolution roomy = solve_cp(p, {.memory = true, .time_limit_s = 60, .offload = true});
     ASSERT_TRUE(roomy.status.ok()) << roomy.status.message;
     EXPECT_NEAR(roomy.objective_us, brute_force_makespan(p, true), 1e-4) << "trial " << trial;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "optimize/search.h"
 #include "optpipe/simulate.h"
 
 namespace optpipe {
@@ -30,24 +31,12 @@ namespace {
 
 bool allocates(OpKind k) { return k == OpKind::kF || k == OpKind::kR; }
 
-int position_of(const std::vector<Op>& ops, const Op& op) {
-  for (size_t k = 0; k < ops.size(); k++)
-    if (ops[k] == op) return static_cast<int>(k);
-  return -1;
-}
-
-int backward_position(const std::vector<Op>& ops, int stage, int microbatch) {
-  const int b = position_of(ops, Op{OpKind::kB, stage, microbatch});
-  return b >= 0 ? b : position_of(ops, Op{OpKind::kBW, stage, microbatch});
-}
-
 }  // namespace
 
 void add_transfers_by_start(const Problem& p, const std::function<double(const Op&)>& start,
                             std::vector<TransferTimes> transfers, Schedule* s) {
   constexpr double kEps = 1e-6;
   std::vector<std::vector<std::pair<double, Op>>> waits(p.num_devices);  // (offload end, WAIT)
-  const std::vector<TransferTimes> all = transfers;
   std::stable_sort(transfers.begin(), transfers.end(),
                    [](const TransferTimes& a, const TransferTimes& b) { return a.offload_start < b.offload_start; });
   for (const TransferTimes& t : transfers) {
@@ -73,7 +62,7 @@ void add_transfers_by_start(const Problem& p, const std::function<double(const O
                    [](const TransferTimes& a, const TransferTimes& b) { return a.reload_start < b.reload_start; });
   for (const TransferTimes& t : transfers) {
     DeviceSchedule& ds = s->devices[p.device_of(t.stage)];
-    const int b = backward_position(ds.compute, t.stage, t.microbatch);
+    const int b = backward_index(ds.compute, t.stage, t.microbatch);
     int anchor = -1;
     for (int k = 0; k < b; k++)
       if (ds.compute[k].kind != OpKind::kWait && start(ds.compute[k]) <= t.reload_start + kEps) anchor = k;
@@ -81,7 +70,7 @@ void add_transfers_by_start(const Problem& p, const std::function<double(const O
     // And after the offload that ended last before it, when that was after the anchor started.
     std::optional<Op> after;
     double after_end = start(ds.compute[anchor]);
-    for (const TransferTimes& o : all)
+    for (const TransferTimes& o : transfers)
       if (p.device_of(o.stage) == p.device_of(t.stage) && o.offload_end > after_end && o.offload_end <= t.reload_start + kEps &&
           !(o.stage == t.stage && o.microbatch == t.microbatch)) {
         after = Op{OpKind::kOffload, o.stage, o.microbatch};
@@ -107,7 +96,7 @@ bool settle_transfers(const Problem& p, int max_rounds, Schedule* s) {
     auto offload_in_flight = [&](int pos) {
       int best = -1;
       for (const Op& off : ds.offloads) {
-        if (position_of(ds.compute, Op{OpKind::kF, off.stage, off.microbatch}) > pos) break;
+        if (find_op(ds.compute, Op{OpKind::kF, off.stage, off.microbatch}) > pos) break;
         const int i = op_id(p, off);
         if (sim.timeline.end_us[i] <= f.peak_time_us) continue;
         if (best < 0 || sim.timeline.end_us[i] < sim.timeline.end_us[best]) best = i;
@@ -118,7 +107,7 @@ bool settle_transfers(const Problem& p, int max_rounds, Schedule* s) {
     // down: the wait already gates what follows it); false if it already waits before `pos`.
     auto wait_at = [&](int id, int pos) {
       const Op wait{OpKind::kWait, op_from_id(p, id).stage, op_from_id(p, id).microbatch};
-      const int old = position_of(ds.compute, wait);
+      const int old = find_op(ds.compute, wait);
       if (old >= 0 && old < pos) return false;
       if (old >= 0) ds.compute.erase(ds.compute.begin() + old);
       ds.compute.insert(ds.compute.begin() + pos, wait);
@@ -129,20 +118,20 @@ bool settle_transfers(const Problem& p, int max_rounds, Schedule* s) {
       for (ReloadEntry& e : ds.reloads)
         if (e.reload == at) r = &e;
       OPTPIPE_CHECK(r, "the peak's reload is on its device");
-      const int b = backward_position(ds.compute, at.stage, at.microbatch);
+      const int b = backward_index(ds.compute, at.stage, at.microbatch);
       // A free still in flight: issue the reload once it is done; else at the next compute op.
       if (const int off = offload_in_flight(b - 1); off >= 0) {  // never its own: that ended before it started
         r->after = op_from_id(p, off);
         continue;
       }
-      int next = position_of(ds.compute, r->anchor) + 1;
+      int next = find_op(ds.compute, r->anchor) + 1;
       while (next < b && ds.compute[next].kind == OpKind::kWait) next++;
       if (next >= b) return false;
       r->anchor = ds.compute[next];
       continue;
     }
     if (!allocates(at.kind)) return false;
-    const int pos = position_of(ds.compute, at);
+    const int pos = find_op(ds.compute, at);
     const int off = offload_in_flight(pos);
     if (off < 0 || !wait_at(off, pos)) return false;
   }
