@@ -274,6 +274,8 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
                   {"placements_searched", r.stats.placements_searched},
                   {"exact_solves", r.stats.exact_solves},
                   {"exact_nodes", r.stats.exact_nodes},
+                  {"recomputes_dropped", r.stats.recomputes_dropped},
+                  {"offloads_dropped", r.stats.offloads_dropped},
                   {"seed", options.seed},
                   {"threads", options.threads}};
     if (fits && !out_path.empty()) j["schedule_file"] = out_path;
@@ -301,8 +303,10 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
     if (r.stats.exact_solves > 0)
       std::printf("exact models (CP on Gecode, MILP on CBC): %d solve(s), %lld nodes\n", r.stats.exact_solves,
                   static_cast<long long>(r.stats.exact_nodes));
-    std::printf("search: %lld candidates in %.2f s, %lld improvements, seed %llu, %d thread(s)%s\n\n",
+    std::printf("search: %lld candidates in %.2f s, %lld improvements, %d needless recompute(s) and %d offload(s) "
+                "taken out, seed %llu, %d thread(s)%s\n\n",
                 static_cast<long long>(r.stats.evaluations), r.stats.wall_s, static_cast<long long>(r.stats.improvements),
+                r.stats.recomputes_dropped, r.stats.offloads_dropped,
                 static_cast<unsigned long long>(options.seed), options.threads,
                 r.stats.stopped_by_time ? "; stopped by the time limit, so another run may differ"
                 : r.stats.exact_solves > 0 ? "; the exact models ran for the time left, so another run may differ" : "");

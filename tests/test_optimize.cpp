@@ -305,3 +305,43 @@ TEST(Repair, FitsWhenDeferredWsHoldTheMemory) {
   Validation v = validate(p, repaired, {.check_memory_budget = true});
   EXPECT_TRUE(v.ok()) << v.summary();
 }
+
+// 1F1B with every activation recomputed, under a budget 1F1B's own peak fits less one
+// activation: the recomputes on the devices whose peak fits are needless (dropped), those on the
+// device over the budget are not all (it must still fit), and the makespan does not grow. With a
+// roomy budget, an offload of every activation goes too.
+TEST(Optimize, DropNeedlessRecomputesAndOffloads) {
+  UniformSpec u;
+  u.num_devices = 4;
+  u.num_microbatches = 8;
+  Problem p = make_uniform_problem(u);
+  for (StageSpec& st : p.stages) st.t_r_us = st.t_f_us;
+  Result<Schedule> recomputed = make_1f1b_recompute(p);
+  ASSERT_TRUE(recomputed.ok()) << recomputed.status.message;
+  // Device 0 keeps up to 4 activations in 1F1B: room for 3 of them.
+  const int64_t act = p.stages[0].act_f_bytes;
+  for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 3 * act;
+  const SimResult before = simulate(p, recomputed.value);
+  ASSERT_TRUE(before.ok());
+  Tidied t = drop_needless(p, recomputed.value, 10000, std::chrono::steady_clock::time_point::max());
+  Validation v = validate(p, t.schedule);  // the budget included
+  ASSERT_TRUE(v.ok()) << v.summary();
+  EXPECT_LE(v.sim.timeline.makespan_us, before.timeline.makespan_us);
+  int left_on_device0 = 0, left_elsewhere = 0;
+  for (int d = 0; d < p.num_devices; d++)
+    for (const Op& op : t.schedule.devices[d].compute)
+      if (op.kind == OpKind::kR) (d == 0 ? left_on_device0 : left_elsewhere)++;
+  EXPECT_GT(left_on_device0, 0);
+  EXPECT_EQ(left_elsewhere, 0);
+  EXPECT_EQ(t.recomputes_dropped, 4 * 8 - left_on_device0);
+
+  Schedule offloaded = make_1f1b(p).value;
+  for (DeviceSchedule& ds : offloaded.devices) {
+    const int stage = ds.compute[0].stage;
+    for (int i = 0; i < u.num_microbatches; i++)
+      insert_offload(ds, stage, i, backward_index(ds.compute, stage, i) - 1);
+  }
+  Tidied roomy = drop_needless(with_budget(p, int64_t{1} << 62), offloaded, 10000, std::chrono::steady_clock::time_point::max());
+  EXPECT_EQ(roomy.offloads_dropped, 4 * 8);
+  for (const DeviceSchedule& ds : roomy.schedule.devices) EXPECT_TRUE(ds.offloads.empty() && ds.reloads.empty());
+}

@@ -76,6 +76,9 @@ struct OptimizeStats {
   std::vector<std::string> placements_searched;
   int exact_solves = 0;     // CP and MILP solves run (OptimizeOptions::exact)
   int64_t exact_nodes = 0;  // their branch-and-bound nodes
+  // After the search: recomputes and offloads taken out of the winner because it overflows no
+  // more and ends no later without them.
+  int recomputes_dropped = 0, offloads_dropped = 0;
 };
 
 struct OptimizeResult {

@@ -33,6 +33,8 @@ using Clock = std::chrono::steady_clock;
 // Beyond this many order binaries CBC rarely closes the gap within seconds (the research notes
 // measured 45 s to prove P8 M32 optimal); the heuristics carry such problems alone.
 constexpr size_t kMaxExactBinaries = 4000;
+// The search stops at this share of the time limit; what is left tidies its winner.
+constexpr double kSearchShare = 0.95;
 
 struct Start {
   std::string name;  // the family, or the greedy rule, it comes from
@@ -324,7 +326,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   while (finished.load() < threads) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const double elapsed = seconds_since(t0);
-    if (elapsed > options.time_limit_s && !shared.stop) {
+    if (elapsed > options.time_limit_s * kSearchShare && !shared.stop) {
       shared.stop = true;
       out.stats.stopped_by_time = true;
     }
@@ -350,7 +352,13 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   out.stats.start_makespan_us = st.score.makespan_us;
 
   out.problem = st.built.problem;
-  out.schedule = std::move(results[win].best);
+  // What the search's plateau walk left behind and the winner does not need (in the time the
+  // search left, or as many simulations as the schedule's size allows when it did not bind).
+  Tidied tidied = drop_needless(out.problem, results[win].best,
+                                std::clamp<int64_t>(static_cast<int64_t>(4e7 / std::max<size_t>(ops, 1)), 100, 5000), after(1));
+  out.schedule = std::move(tidied.schedule);
+  out.stats.recomputes_dropped = tidied.recomputes_dropped;
+  out.stats.offloads_dropped = tidied.offloads_dropped;
   if (options.exact) run_exact(options, t0, &placement_problems, &placement_bounds, &out);
   bound = overall_bound();
 

@@ -206,6 +206,41 @@ class Mover {
 
 }  // namespace
 
+Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluations,
+                     std::chrono::steady_clock::time_point deadline) {
+  Tidied out{s, 0, 0, 0};
+  Score cur;
+  OPTPIPE_CHECK(score_schedule(p, s, &cur), "a schedule to tidy must simulate");
+  auto no_worse = [&](const Schedule& cand) {
+    Score sc;
+    out.evaluations++;
+    if (!score_schedule(p, cand, &sc) || sc.overflow_bytes > cur.overflow_bytes || sc.makespan_us > cur.makespan_us)
+      return false;
+    cur = sc;
+    return true;
+  };
+  auto can_go_on = [&] { return out.evaluations < max_evaluations && std::chrono::steady_clock::now() < deadline; };
+  for (int d = 0; d < p.num_devices; d++)
+    for (int k = static_cast<int>(out.schedule.devices[d].compute.size()) - 1; k >= 0 && can_go_on(); k--) {
+      if (out.schedule.devices[d].compute[k].kind != OpKind::kR) continue;
+      Schedule cand = out.schedule;
+      cand.devices[d].compute.erase(cand.devices[d].compute.begin() + k);
+      if (!no_worse(cand)) continue;
+      out.schedule = std::move(cand);
+      out.recomputes_dropped++;
+    }
+  for (int d = 0; d < p.num_devices; d++)
+    for (int k = static_cast<int>(out.schedule.devices[d].offloads.size()) - 1; k >= 0 && can_go_on(); k--) {
+      const Op off = out.schedule.devices[d].offloads[k];
+      Schedule cand = out.schedule;
+      remove_offload(cand.devices[d], off.stage, off.microbatch);
+      if (!no_worse(cand)) continue;
+      out.schedule = std::move(cand);
+      out.offloads_dropped++;
+    }
+  return out;
+}
+
 namespace {
 
 void publish_fitting(SearchShared& shared, const Score& s) {

@@ -71,4 +71,16 @@ struct SearchShared {
 SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
                           SearchShared& shared);
 
+// Takes out the recomputes, then the offloads, that the schedule does not need: each, the last
+// first, if without it the schedule overflows no more and ends no later. The search's plateau
+// walk leaves such ones behind; they cost compute and link time that the simulator's makespan
+// does not show. At most `max_evaluations` simulations, and none after `deadline`.
+struct Tidied {
+  Schedule schedule;
+  int recomputes_dropped = 0, offloads_dropped = 0;
+  int64_t evaluations = 0;
+};
+Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluations,
+                     std::chrono::steady_clock::time_point deadline);
+
 }  // namespace optpipe
