@@ -13,10 +13,11 @@
 // activation lives from F's start to the offload's end and again from the reload's start; B
 // waits for the reload. The schedule read back holds a device's compute stream with WAIT ops
 // where the model started an F or R after an offload ended, anchors each reload to the compute
-// op started before it, and is simulated: where the simulator, starting everything as early as
-// it can, runs a reload ahead of a free the model had before it, the reload is issued later
-// (settle_transfers). A solution that still overflows is reported as not ok. Like the MILP:
-// B and W separate, first in first out per stage.
+// op started before it and holds it `after` the offload that ended last before it, and is
+// simulated: where the simulator, starting everything as early as it can, still runs a reload
+// ahead of a free the model had before it, the reload is held for the offload in flight or issued
+// later (settle_transfers in by_start.h). A solution that still overflows is reported as not ok.
+// Like the MILP: B and W separate, first in first out per stage.
 //
 //   CpSolution s = solve_cp(problem, {.memory = false, .time_limit_s = 5});
 //   if (s.proven_optimal) bound = s.bound_us;

@@ -2,8 +2,8 @@
 //
 // Per device: the ordered compute ops (F, B, W, BW, R), the ordered offloads, and the ordered
 // reloads, each reload anchored to the compute op whose start releases it (and optionally held
-// until another offload has finished). The simulator derives
-// all times from this, so the solver, simulator, exporters and runtime read one meaning.
+// until another offload has finished). The simulator derives all times from this, so the
+// solver, simulator, exporters and runtime read one meaning.
 //
 // Which activations are offloaded or recomputed is part of the schedule itself: F(s,i) is
 // offloaded iff Offload(s,i) appears, recomputed iff R(s,i) appears; B(s,i)+W(s,i) or a fused
