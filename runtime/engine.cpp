@@ -41,6 +41,7 @@ class Iteration {
     offloaded_.assign(n, false);
     reloaded_.assign(n, false);
     started_.assign(num_op_ids(p), false);
+    finished_.assign(num_op_ids(p), false);
     record_.start_us = monotonic_us();
     record_.memory.push_back({record_.start_us, 0});
   }
@@ -130,6 +131,11 @@ class Iteration {
     started_[op_id(p_, op)] = true;
     cv_.notify_all();
   }
+  void mark_finished(const Op& op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_[op_id(p_, op)] = true;
+    cv_.notify_all();
+  }
 
   // The compute stream publishes F(s,i)'s stash; the offload worker may then move it.
   void put_stash(int s, int i, Stash stash) {
@@ -180,8 +186,13 @@ class Iteration {
       for (const ReloadEntry& r : reloads) {
         const size_t k = slot(r.reload.stage, r.reload.microbatch);
         const int anchor = op_id(p_, r.anchor);
-        const size_t room = r.after ? slot(r.after->stage, r.after->microbatch) : k;  // the offload making room
-        wait_for([&] { return started_[anchor] && offloaded_[k] && offloaded_[room]; },
+        // The op whose end makes room, if any: an offload, or a compute op of this rank.
+        auto room_made = [&] {
+          if (!r.after) return true;
+          return r.after->kind == OpKind::kOffload ? bool(offloaded_[slot(r.after->stage, r.after->microbatch)])
+                                                   : bool(finished_[op_id(p_, *r.after)]);
+        };
+        wait_for([&] { return started_[anchor] && offloaded_[k] && room_made(); },
                  "the anchor " + op_name(r.anchor) + " of " + op_name(r.reload) +
                      (r.after ? " and " + op_name(*r.after) : std::string()));
         const int64_t predicted = p_.stages[r.reload.stage].act_f_bytes;
@@ -245,7 +256,7 @@ class Iteration {
   bool failed_ = false;
   std::string error_;
   std::vector<Stash> f_stash_;
-  std::vector<bool> f_done_, offloaded_, reloaded_, started_;
+  std::vector<bool> f_done_, offloaded_, reloaded_, started_, finished_;
   int64_t budget_bytes_;  // for activations: the device's budget less its static bytes
   int64_t live_bytes_ = 0;
   IterationRecord record_;
@@ -402,6 +413,7 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
           const double now = monotonic_us();
           state.mark_started(op);
           state.record(op, now, now);
+          state.mark_finished(op);
           ops_done++;
           continue;
         }
@@ -505,6 +517,7 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
           }
           default: OPTPIPE_CHECK(false, what + ": not a compute op");
         }
+        state.mark_finished(op);
         ops_done++;
       }
       for (auto& [t, work] : sends) wait_work(work, timeout_s, me + ": sending to a peer");

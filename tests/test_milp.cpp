@@ -192,6 +192,39 @@ TEST(Milp, ReloadGatedOnAnotherOffload) {
   EXPECT_GT(gated, 0u);
 }
 
+// Four microbatches through two activations of room, recompute and offload both decided: in the
+// optimum a reload starts as a W ends, which frees part of the room. Issued when that W starts
+// (its anchor) the reload overflowed by the W's 256 MiB; held `after` the W, the schedule fits and
+// simulates to the MILP's objective.
+TEST(Milp, ReloadHeldAfterAComputeOp) {
+  UniformSpec u;
+  u.num_devices = 2;
+  u.num_microbatches = 4;
+  Problem p = make_uniform_problem(u);
+  const double times[2][4] = {{450, 111, 262, 112}, {418, 388, 173, 104}};  // F, B, W, R
+  for (int s = 0; s < 2; s++) {
+    p.stages[s].t_f_us = times[s][0];
+    p.stages[s].t_b_us = times[s][1];
+    p.stages[s].t_w_us = times[s][2];
+    p.stages[s].t_r_us = times[s][3];
+  }
+  set_transfer_time(&p, 20, 147);
+  for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 2 * p.stages[0].act_f_bytes;
+  const MilpOptions options{.memory = true, .time_limit_s = 120, .recompute = true, .offload = true};
+  Result<MilpModel> m = build_milp(p, options);
+  ASSERT_TRUE(m.ok()) << m.status.message;
+  MilpSolution s = solve_milp(p, m.value, options, nullptr);
+  ASSERT_TRUE(s.status.ok()) << s.status.message;
+  ASSERT_TRUE(s.proven_optimal);
+  Validation v = validate(p, s.schedule);
+  ASSERT_TRUE(v.ok()) << v.summary();
+  EXPECT_NEAR(v.sim.timeline.makespan_us, s.objective_us, 1e-4);
+  size_t held_by_compute = 0;
+  for (const DeviceSchedule& ds : s.schedule.devices)
+    for (const ReloadEntry& r : ds.reloads) held_by_compute += r.after && r.after->kind != OpKind::kOffload;
+  EXPECT_GT(held_by_compute, 0u);
+}
+
 // ---- the CP model on Gecode, against the MILP and brute force ----
 
 TEST(Cp, AgreesWithTheMilpAndBruteForce) {

@@ -50,7 +50,8 @@ done
 grep -q OFFLOAD "$tmp/po.json" && echo "ok   pipeoffload offloads here" || fail "pipeoffload has no offload on this problem"
 
 # The exact models' gates: GPipe with microbatches 0 and 1 of stage 0 offloaded, F2 held until
-# offload 0 is done (WAIT), and reload 1 held until offload 0 is done too ("after").
+# offload 0 is done (WAIT), reload 0 held until its anchor has finished and reload 1 until
+# offload 0 is done ("after").
 "$bin" schedule --problem "$tmp/problem.json" --family gpipe -o "$tmp/gated.json" > /dev/null
 python3 - "$tmp/gated.json" <<'PY'
 import json, sys
@@ -60,11 +61,12 @@ c = d0["compute"]
 c.insert(c.index("F2 s0"), "WAIT0 s0")
 before = {i: c[c.index(f"BW{i} s0") - 1] for i in (0, 1)}
 d0["offloads"] = ["OFFLOAD0 s0", "OFFLOAD1 s0"]
-reloads = [{"op": "RELOAD0 s0", "anchor": before[0]}, {"op": "RELOAD1 s0", "anchor": before[1], "after": "OFFLOAD0 s0"}]
+reloads = [{"op": "RELOAD0 s0", "anchor": before[0], "after": before[0]},
+           {"op": "RELOAD1 s0", "anchor": before[1], "after": "OFFLOAD0 s0"}]
 d0["reloads"] = sorted(reloads, key=lambda r: c.index(r["anchor"]))
 json.dump(s, open(sys.argv[1], "w"))
 PY
-run_check "run --check with WAIT and a reload held for another offload" --schedule "$tmp/gated.json"
+run_check "run --check with WAIT and reloads held after a compute op and another offload" --schedule "$tmp/gated.json"
 
 # Four ranks (more processes than cores: correctness only).
 "$bin" profile --devices 4 --microbatches 8 --repetitions 1 "${model[@]}" -o /dev/null --problem-out "$tmp/problem4.json" 2> /dev/null ||

@@ -2,7 +2,7 @@
 //
 // Per device: the ordered compute ops (F, B, W, BW, R), the ordered offloads, and the ordered
 // reloads, each reload anchored to the compute op whose start releases it (and optionally held
-// until another offload has finished). The simulator derives all times from this, so the
+// until another op of the device has finished). The simulator derives all times from this, so the
 // solver, simulator, exporters and runtime read one meaning.
 //
 // Which activations are offloaded or recomputed is part of the schedule itself: F(s,i) is
@@ -51,8 +51,9 @@ bool parse_op_name(const std::string& text, Op* out);
 struct ReloadEntry {
   Op reload;  // kind kReload
   Op anchor;  // a compute op on the same device, before the B/BW this reload feeds
-  // Optionally an offload on the same device that must have finished first: its bytes make the
-  // room this reload needs (a copy stream waiting on the other copy's event).
+  // Optionally an op of the same device that must have finished first — an offload, or a compute
+  // op before the B/BW this reload feeds — because what it frees makes the room this reload
+  // needs (a copy stream waiting on that op's event).
   std::optional<Op> after;
 };
 

@@ -9,8 +9,8 @@
 //   B/BW(s,i)    after F(s,i), after B/BW(s+1,i) (+ t_comm_us), after R(s,i) / Reload(s,i) if any
 //   W(s,i)       after B(s,i)
 //   R(s,i)       after F(s,i)
-//   Offload(s,i) after F(s,i);  Reload(s,i) after Offload(s,i) (and the offload it waits for, if
-//                any) and not before its anchor starts
+//   Offload(s,i) after F(s,i);  Reload(s,i) after Offload(s,i) (and the op it waits for, if any)
+//                and not before its anchor starts
 //   Wait(s,i)    after Offload(s,i); it takes no time and changes no memory
 // Memory per device: static bytes, plus activation deltas (allocations when an op starts, frees
 // when it ends; at equal times frees come first), plus workspace while an op runs.

@@ -34,7 +34,8 @@ bool allocates(OpKind k) { return k == OpKind::kF || k == OpKind::kR; }
 }  // namespace
 
 void add_transfers_by_start(const Problem& p, const std::function<double(const Op&)>& start,
-                            std::vector<TransferTimes> transfers, Schedule* s) {
+                            const std::function<double(const Op&)>& end, std::vector<TransferTimes> transfers,
+                            Schedule* s) {
   constexpr double kEps = 1e-6;
   std::vector<std::vector<std::pair<double, Op>>> waits(p.num_devices);  // (offload end, WAIT)
   std::stable_sort(transfers.begin(), transfers.end(),
@@ -67,9 +68,14 @@ void add_transfers_by_start(const Problem& p, const std::function<double(const O
     for (int k = 0; k < b; k++)
       if (ds.compute[k].kind != OpKind::kWait && start(ds.compute[k]) <= t.reload_start + kEps) anchor = k;
     OPTPIPE_CHECK(anchor >= 0, "a reload must start after its forward");
-    // And after the offload that ended last before it, when that was after the anchor started.
+    // And after whichever ended last before it, the anchor or an offload, when that was after the
+    // anchor started.
     std::optional<Op> after;
     double after_end = start(ds.compute[anchor]);
+    if (end(ds.compute[anchor]) <= t.reload_start + kEps && end(ds.compute[anchor]) > after_end) {
+      after = ds.compute[anchor];
+      after_end = end(ds.compute[anchor]);
+    }
     for (const TransferTimes& o : transfers)
       if (p.device_of(o.stage) == p.device_of(t.stage) && o.offload_end > after_end && o.offload_end <= t.reload_start + kEps &&
           !(o.stage == t.stage && o.microbatch == t.microbatch)) {
@@ -119,9 +125,19 @@ bool settle_transfers(const Problem& p, int max_rounds, Schedule* s) {
         if (e.reload == at) r = &e;
       OPTPIPE_CHECK(r, "the peak's reload is on its device");
       const int b = backward_index(ds.compute, at.stage, at.microbatch);
-      // A free still in flight: issue the reload once it is done; else at the next compute op.
+      // A free still in flight — an offload, else the compute op running — : issue the reload
+      // once it is done; else at the next compute op.
       if (const int off = offload_in_flight(b - 1); off >= 0) {  // never its own: that ended before it started
         r->after = op_from_id(p, off);
+        continue;
+      }
+      int running = -1;
+      for (int k = 0; k < b; k++) {
+        const int i = op_id(p, ds.compute[k]);
+        if (sim.timeline.start_us[i] <= f.peak_time_us && sim.timeline.end_us[i] > f.peak_time_us) running = k;
+      }
+      if (running >= 0 && r->after != ds.compute[running]) {
+        r->after = ds.compute[running];
         continue;
       }
       int next = find_op(ds.compute, r->anchor) + 1;

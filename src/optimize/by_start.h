@@ -20,17 +20,20 @@ struct TransferTimes {
   double offload_start = 0, offload_end = 0, reload_start = 0;
 };
 
-// Adds the transfers to `s` (compute lists already in start order, times from `start`): offloads
-// and reloads in start order, each reload anchored to the latest compute op started by then and
-// before its B, and a WAIT for each offload before the first F or R that started after it ended.
-// Then every allocation the model placed after a free also follows it in the simulator, except
-// where the simulator, starting ops as early as it can, moves a reload ahead of another op.
+// Adds the transfers to `s` (compute lists already in start order; the model's times from `start`
+// and `end`, in any one unit): offloads and reloads in start order; each reload anchored to the
+// latest compute op started by then and before its B, and held `after` whichever ended last by
+// then, that op or an offload, if later than the anchor's start; a WAIT for each offload before
+// the first F or R that started after it ended. Then every allocation the model placed after a
+// free also follows it in the simulator, but for the frees a reload's one `after` cannot cover.
 void add_transfers_by_start(const Problem& p, const std::function<double(const Op&)>& start,
-                            std::vector<TransferTimes> transfers, Schedule* s);
+                            const std::function<double(const Op&)>& end, std::vector<TransferTimes> transfers,
+                            Schedule* s);
 
-// Simulates `s`; where a device still overflows at a reload, anchors that reload one compute op
-// later; at an F or R, waits first for an offload still in flight then. At most `max_rounds`
-// simulations; true when `s` then fits every budget.
+// Simulates `s`; where a device still overflows at a reload, holds that reload until the offload
+// in flight then is done, else the compute op running then, else anchors it one compute op later;
+// at an F or R, waits first for an offload in flight then. At most `max_rounds` simulations; true
+// when `s` then fits every budget.
 bool settle_transfers(const Problem& p, int max_rounds, Schedule* s);
 
 }  // namespace optpipe

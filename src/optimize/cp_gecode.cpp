@@ -303,7 +303,10 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
           transfers.push_back({k / M, k % M, static_cast<double>(best->off_start[k].val()),
                                static_cast<double>(best->off_start[k].val() + g.off_dur[k / M]),
                                static_cast<double>(best->rel_start[k].val())});
-      add_transfers_by_start(p, start, std::move(transfers), &out.schedule);
+      auto end = [&](const Op& op) -> double {
+        return start(op) + (op.kind == OpKind::kR ? g.r_dur[op.stage] : g.dur[g.index[op_id(p, op)]]);
+      };
+      add_transfers_by_start(p, start, end, std::move(transfers), &out.schedule);
       // The simulator may run a reload earlier than the model did; fix what that overflows.
       if (!settle_transfers(p, 4 * S * M, &out.schedule))
         out.status = Status::Invalid("the CP solution's transfers overflow a budget when simulated");

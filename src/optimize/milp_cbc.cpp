@@ -144,7 +144,14 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
         transfers.push_back({s, static_cast<int>(j) % M, off, off + p.offload_us(s), x[m.reload_start_col[j]]});
       }
     if (!transfers.empty()) {
-      add_transfers_by_start(p, start, std::move(transfers), &out.schedule);
+      auto end = [&](const Op& op) {
+        const StageSpec& st = p.stages[op.stage];
+        return start(op) + (op.kind == OpKind::kF   ? st.t_f_us
+                            : op.kind == OpKind::kB ? st.t_b_us
+                            : op.kind == OpKind::kW ? st.t_w_us
+                                                    : st.t_r_us);
+      };
+      add_transfers_by_start(p, start, end, std::move(transfers), &out.schedule);
       if (!settle_transfers(p, 4 * p.num_stages() * M, &out.schedule))
         out.status = Status::Invalid("the MILP solution's transfers overflow a budget when simulated");
     }

@@ -54,7 +54,7 @@ class Sim {
   const Schedule* s_ = nullptr;
   int S_ = 0, M_ = 0, D_ = 0;
   std::vector<uint8_t> present_;
-  std::vector<uint8_t> is_anchor_;
+  std::vector<uint8_t> is_anchor_;  // by op id: a reload's anchor or `after`, so it wakes the reloads
   std::vector<int> anchor_of_;  // by stage·M + mb: the anchor op id of that reload
   std::vector<int> after_of_;   // by stage·M + mb: the offload that reload waits for, −1 if none
   std::vector<double> start_, end_;
@@ -162,11 +162,12 @@ Status Sim::build() {
           anchor_of_[r.reload.stage * M_ + r.reload.microbatch] = a_id;
           if (r.after) {
             const Op& x = *r.after;
-            if (x.kind != OpKind::kOffload || x.stage < 0 || x.stage >= S_ || x.microbatch < 0 || x.microbatch >= M_ ||
-                p_->device_of(x.stage) != d)
+            if ((x.kind != OpKind::kOffload && !is_compute(x.kind)) || x.stage < 0 || x.stage >= S_ || x.microbatch < 0 ||
+                x.microbatch >= M_ || p_->device_of(x.stage) != d)
               return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) + " waits for " +
-                                     op_name(x) + ", not an offload of this device");
+                                     op_name(x) + ", not a compute op or offload of this device");
             after_of_[r.reload.stage * M_ + r.reload.microbatch] = op_id(S_, M_, x);
+            is_anchor_[op_id(S_, M_, x)] = 1;
           }
           is_anchor_[a_id] = 1;
         }

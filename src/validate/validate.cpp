@@ -153,11 +153,15 @@ struct Checker {
                              ", which does not come before " + op_name(op_from_id(p, b)) + " that waits for it");
         if (r.after) {
           const Op& x = *r.after;
-          const bool ok = x.kind == OpKind::kOffload && x.stage >= 0 && x.stage < S && x.microbatch >= 0 &&
-                          x.microbatch < M && device_of_id[op_id(S, M, x)] == d;
+          const bool kind_ok = x.kind == OpKind::kOffload || is_compute(x.kind);
+          const bool ok = kind_ok && x.stage >= 0 && x.stage < S && x.microbatch >= 0 && x.microbatch < M &&
+                          device_of_id[op_id(S, M, x)] == d;
           if (!ok)
-            report(d, &op, dev(d) + ": " + op_name(op) + " waits for " + op_name(x) + ", which is not an offload " + dev(d) +
-                               " runs");
+            report(d, &op, dev(d) + ": " + op_name(op) + " waits for " + op_name(x) + ", which is not a compute op or offload " +
+                               dev(d) + " runs");
+          else if (is_compute(x.kind) && device_of_id[b] == d && position[op_id(S, M, x)] >= position[b])
+            report(d, &op, dev(d) + ": " + op_name(op) + " waits for " + op_name(x) + ", which does not come before " +
+                               op_name(op_from_id(p, b)) + " that waits for it");
         }
       }
     }
