@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
     row.devices = p.value.num_devices;
     row.microbatches = p.value.num_microbatches;
     row.budget = spec.at("budget").get<std::string>();
-    for (const StageSpec& st : p.value.stages) row.useful_work_us += row.microbatches * (st.t_f_us + st.t_b_us + st.t_w_us);
+    for (int d = 0; d < p.value.num_devices; d++) row.useful_work_us += p.value.work_us(d);
     const std::vector<FamilyRun> runs = run_families(p.value, {.op_times = false});
     const FamilyRun* best = fastest_fitting(runs);
     const FamilyRun* fastest = nullptr;

@@ -112,13 +112,16 @@ TEST(Problem, RejectsWhatWouldOverflowOrMisbehave) {
   EXPECT_NE(check_problem(big).message.find("problem too large"), std::string::npos);
 }
 
-TEST(Problem, EveryActivationBytesCountsTheDevicesStages) {
+TEST(Problem, EveryActivationBytesAndWorkCountTheDevicesStages) {
   UniformSpec u;
   u.num_devices = 4;
   u.num_microbatches = 8;
   const Problem linear = make_uniform_problem(u);
   EXPECT_EQ(linear.every_activation_bytes(0), 8 * u.act_f_bytes);
+  EXPECT_DOUBLE_EQ(linear.work_us(0), 8 * (u.t_f_us + u.t_b_us + u.t_w_us));
   Result<Problem> v = rechunk(linear, Placement::kVShape, 2);
   ASSERT_TRUE(v.ok()) << v.status.message;
   EXPECT_EQ(v.value.every_activation_bytes(3), v.value.stages[3].act_f_bytes * 8 + v.value.stages[4].act_f_bytes * 8);
+  // Device 3 holds chunks 3 and 4 of the V, half a layer's worth each: the same work as before.
+  EXPECT_DOUBLE_EQ(v.value.work_us(3), linear.work_us(3));
 }

@@ -85,6 +85,8 @@ struct Problem {
 
   // Every forward's activation of the device's stages, all kept at once (GPipe's peak).
   int64_t every_activation_bytes(int device) const;
+  // Every F, B and W of the device's stages: the work any schedule runs there.
+  double work_us(int device) const;
 };
 
 // Returns Ok, or an InvalidInput status whose message names the first bad field

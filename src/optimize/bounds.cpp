@@ -90,12 +90,8 @@ void device_heads_and_work(const Problem& p, const std::vector<double>& head, st
                            std::vector<double>* work) {
   first->assign(p.num_devices, kInf);
   work->assign(p.num_devices, 0);
-  for (int s = 0; s < p.num_stages(); s++) {
-    const int d = p.device_of(s);
-    (*first)[d] = std::min((*first)[d], head[s]);
-    const StageSpec& st = p.stages[s];
-    (*work)[d] += p.num_microbatches * (st.t_f_us + st.t_b_us + st.t_w_us);
-  }
+  for (int s = 0; s < p.num_stages(); s++) (*first)[p.device_of(s)] = std::min((*first)[p.device_of(s)], head[s]);
+  for (int d = 0; d < p.num_devices; d++) (*work)[d] = p.work_us(d);
 }
 
 }  // namespace

@@ -35,6 +35,13 @@ double Problem::reload_us(int stage) const {
   return host_link.latency_us + stages[stage].act_f_bytes / (host_link.h2d_gb_per_s * 1e3);
 }
 
+double Problem::work_us(int device) const {
+  double us = 0;
+  for (int s = 0; s < num_stages(); s++)
+    if (device_of(s) == device) us += num_microbatches * (stages[s].t_f_us + stages[s].t_b_us + stages[s].t_w_us);
+  return us;
+}
+
 int64_t Problem::every_activation_bytes(int device) const {
   int64_t bytes = 0;
   for (int s = 0; s < num_stages(); s++)
