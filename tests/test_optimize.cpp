@@ -8,6 +8,7 @@
 #include "optpipe/optimize.h"
 #include "optpipe/validate.h"
 #include "brute_force.h"
+#include "optimize/by_start.h"
 #include "optimize/search.h"
 
 using namespace optpipe;
@@ -304,6 +305,33 @@ TEST(Repair, FitsWhenDeferredWsHoldTheMemory) {
   const Schedule repaired = repair_memory(p, offloaded, 4 * p.num_microbatches);
   Validation v = validate(p, repaired, {.check_memory_budget = true});
   EXPECT_TRUE(v.ok()) << v.summary();
+}
+
+// One device, F0 F1 B1 W1 B0 W0 with F0 offloaded, and room for one activation and a half: F1
+// starting as soon as F0 ends overflows while the offload is in flight. Held until it is done
+// (a WAIT), the schedule fits and nothing else changes.
+TEST(Settle, HoldsAForwardUntilAnOffloadMakesRoom) {
+  UniformSpec u;
+  u.num_devices = 1;
+  u.num_microbatches = 2;
+  Problem p = make_uniform_problem(u);
+  const int64_t act = p.stages[0].act_f_bytes;
+  p.devices[0].mem_budget_bytes = p.devices[0].static_bytes + 3 * act / 2;
+  Schedule s;
+  s.devices.resize(1);
+  s.devices[0].compute = {{OpKind::kF, 0, 0}, {OpKind::kF, 0, 1}, {OpKind::kB, 0, 1},
+                          {OpKind::kW, 0, 1}, {OpKind::kB, 0, 0}, {OpKind::kW, 0, 0}};
+  s.devices[0].offloads = {{OpKind::kOffload, 0, 0}};
+  s.devices[0].reloads = {{{OpKind::kReload, 0, 0}, {OpKind::kW, 0, 1}}};
+  ASSERT_FALSE(validate(p, s).ok());  // over the budget as it is
+  Schedule held = s;
+  ASSERT_TRUE(settle_transfers(p, 8, &held));
+  Validation v = validate(p, held);
+  ASSERT_TRUE(v.ok()) << v.summary();
+  EXPECT_EQ(held.devices[0].compute[1], (Op{OpKind::kWait, 0, 0}));
+  EXPECT_DOUBLE_EQ(v.sim.timeline.start_us[op_id(p, Op{OpKind::kF, 0, 1})],
+                   v.sim.timeline.end_us[op_id(p, Op{OpKind::kOffload, 0, 0})]);
+  EXPECT_EQ(held.devices[0].offloads, s.devices[0].offloads);
 }
 
 // 1F1B with every activation recomputed, under a budget 1F1B's own peak fits less one

@@ -1,4 +1,6 @@
-// Turning an exact model's start times back into a schedule (private to the optimizer).
+// Turning an exact model's start times back into a schedule, and holding a schedule's transfers
+// until it fits — for the exact models' schedules and the heuristic starts alike (private to the
+// optimizer).
 #pragma once
 
 #include <functional>

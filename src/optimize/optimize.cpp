@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "optimize/list_scheduler.h"
+#include "optimize/by_start.h"
 #include "optimize/search.h"
 #include "optpipe/cp.h"
 #include "optpipe/milp.h"
@@ -43,6 +44,7 @@ struct Start {
 };
 
 constexpr size_t kLargeScheduleOps = 20000;
+constexpr int kSettleRounds = 64;  // simulations to hold a start's transfers until it fits
 
 // A start, scored; when it overflows the budget (and there is time), also the same order with
 // every activation offloaded whose lifespan covers the round trip, which often fits outright,
@@ -104,8 +106,15 @@ void add_greedy_starts(const Problem& p, Clock::time_point deadline, bool* out_o
   }
 }
 
+bool has_offloads(const Schedule& s) {
+  for (const DeviceSchedule& ds : s.devices)
+    if (!ds.offloads.empty()) return true;
+  return false;
+}
+
 // The starts that still overflow, the fastest first, until the deadline: the same order with
-// activations offloaded or recomputed at every remaining peak.
+// its transfers held until there is room, if that fits; and with activations offloaded or
+// recomputed at every remaining peak.
 void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vector<Start>* starts) {
   std::vector<size_t> over;
   for (size_t i = 0; i < starts->size(); i++)
@@ -117,6 +126,15 @@ void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vec
     if (Clock::now() > deadline) {
       *out_of_time = true;
       return;
+    }
+    // With offloads, first without any change of fate: an F, R or reload that overflows waits
+    // for an offload in flight to make room (WAIT, `after`), or a reload for the compute op
+    // running, or is issued later.
+    if (has_offloads((*starts)[i].built.schedule) && (*starts)[i].built.schedule.num_ops() <= kLargeScheduleOps) {
+      Start settled{(*starts)[i].name + " +settle", (*starts)[i].built, {}};
+      if (settle_transfers(settled.built.problem, kSettleRounds, &settled.built.schedule) &&
+          score_schedule(settled.built.problem, settled.built.schedule, &settled.score))
+        starts->push_back(std::move(settled));
     }
     const Start& st = (*starts)[i];
     const int max_rounds = 4 * st.built.problem.num_microbatches;  // simulations
