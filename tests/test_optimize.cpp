@@ -74,12 +74,14 @@ TEST(Optimize, InfeasibleBudgetSaysWhatIsNeeded) {
   expect_checked(r);
   EXPECT_EQ(r.outcome, Outcome::kInfeasible);
   ASSERT_EQ(r.budget_lower_bound_bytes.size(), 4u);
+  int over = 0;
   for (int d = 0; d < 4; d++) {
     // A V-shape chunk holds half a stage; the bound is over the placement searched.
     EXPECT_GE(r.budget_lower_bound_bytes[d], 40ll << 30);
-    EXPECT_GT(r.needed_budget_bytes[d], p.devices[d].mem_budget_bytes);
+    over += r.needed_budget_bytes[d] > p.devices[d].mem_budget_bytes;  // some devices may fit
     EXPECT_GE(r.needed_budget_bytes[d], r.budget_lower_bound_bytes[d]);
   }
+  EXPECT_GT(over, 0);
 }
 
 TEST(Optimize, SameSeedSameAnswer) {

@@ -129,23 +129,27 @@ void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vec
     }
     // With offloads, first without any change of fate: an F, R or reload that overflows waits
     // for an offload in flight to make room (WAIT, `after`), or a reload for the compute op
-    // running, or is issued later.
-    if (has_offloads((*starts)[i].built.schedule) && (*starts)[i].built.schedule.num_ops() <= kLargeScheduleOps) {
-      Start settled{(*starts)[i].name + " +settle", (*starts)[i].built, {}};
-      if (settle_transfers(settled.built.problem, kSettleRounds, &settled.built.schedule) &&
-          score_schedule(settled.built.problem, settled.built.schedule, &settled.score))
-        starts->push_back(std::move(settled));
+    // running, or is issued later. If that fits, it is a start; if it only overflows less, it
+    // is repaired too, beside the original.
+    std::vector<Start> to_repair;
+    to_repair.push_back((*starts)[i]);
+    if (has_offloads(to_repair[0].built.schedule) && to_repair[0].built.schedule.num_ops() <= kLargeScheduleOps) {
+      Start settled{to_repair[0].name + " +settle", to_repair[0].built, {}};
+      const bool fits = settle_transfers(settled.built.problem, kSettleRounds, &settled.built.schedule);
+      if (score_schedule(settled.built.problem, settled.built.schedule, &settled.score) && settled.score < to_repair[0].score)
+        (fits ? *starts : to_repair).push_back(std::move(settled));
     }
-    const Start& st = (*starts)[i];
-    const int max_rounds = 4 * st.built.problem.num_microbatches;  // simulations
-    // Fixing one peak per simulation needs too many simulations of a large schedule to finish
-    // in the time limit (D=32, M=256: ~90% of 10 s); there every overflow is fixed per round.
-    const bool every_overflow = st.built.schedule.num_ops() > kLargeScheduleOps;
-    Start repaired{st.name + " +repair",
-                   {st.built.problem, repair_memory(st.built.problem, st.built.schedule, max_rounds, every_overflow, deadline)},
-                   {}};
-    if (score_schedule(repaired.built.problem, repaired.built.schedule, &repaired.score) && repaired.score < st.score)
-      starts->push_back(std::move(repaired));  // st is not used past this point: the push may move it
+    for (const Start& st : to_repair) {
+      const int max_rounds = 4 * st.built.problem.num_microbatches;  // simulations
+      // Fixing one peak per simulation needs too many simulations of a large schedule to finish
+      // in the time limit (D=32, M=256: ~90% of 10 s); there every overflow is fixed per round.
+      const bool every_overflow = st.built.schedule.num_ops() > kLargeScheduleOps;
+      Start repaired{st.name + " +repair",
+                     {st.built.problem, repair_memory(st.built.problem, st.built.schedule, max_rounds, every_overflow, deadline)},
+                     {}};
+      if (score_schedule(repaired.built.problem, repaired.built.schedule, &repaired.score) && repaired.score < st.score)
+        starts->push_back(std::move(repaired));
+    }
   }
 }
 
