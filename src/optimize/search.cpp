@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <unordered_map>
 
 #include "optpipe/simulate.h"
@@ -52,23 +53,14 @@ void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor) {
 }
 
 void remove_offload(DeviceSchedule& ds, int stage, int microbatch) {
-  const Op wait{OpKind::kWait, stage, microbatch};
-  for (size_t k = 0; k < ds.compute.size(); k++)
-    if (ds.compute[k] == wait) {
-      ds.compute.erase(ds.compute.begin() + k);
-      break;
-    }
-  for (size_t k = 0; k < ds.offloads.size(); k++)
-    if (ds.offloads[k].stage == stage && ds.offloads[k].microbatch == microbatch) {
-      ds.offloads.erase(ds.offloads.begin() + k);
-      break;
-    }
+  if (const int w = find_op(ds.compute, Op{OpKind::kWait, stage, microbatch}); w >= 0) ds.compute.erase(ds.compute.begin() + w);
+  const Op offload{OpKind::kOffload, stage, microbatch};
+  if (const int o = find_op(ds.offloads, offload); o >= 0) ds.offloads.erase(ds.offloads.begin() + o);
   for (size_t k = 0; k < ds.reloads.size(); k++)
     if (ds.reloads[k].reload.stage == stage && ds.reloads[k].reload.microbatch == microbatch) {
       ds.reloads.erase(ds.reloads.begin() + k);
       break;
     }
-  const Op offload{OpKind::kOffload, stage, microbatch};
   for (ReloadEntry& r : ds.reloads)
     if (r.after == offload) r.after.reset();
 }
@@ -208,35 +200,33 @@ class Mover {
 
 Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluations,
                      std::chrono::steady_clock::time_point deadline) {
-  Tidied out{s, 0, 0, 0};
+  Tidied out{s, 0, 0};
   Score cur;
   OPTPIPE_CHECK(score_schedule(p, s, &cur), "a schedule to tidy must simulate");
-  auto no_worse = [&](const Schedule& cand) {
+  int64_t evaluations = 0;
+  auto can_go_on = [&] { return evaluations < max_evaluations && std::chrono::steady_clock::now() < deadline; };
+  // Keeps `change` (to device d) if the schedule then overflows no more and ends no later.
+  auto keep_if_no_worse = [&](int d, const std::function<void(DeviceSchedule&)>& change) {
+    Schedule cand = out.schedule;
+    change(cand.devices[d]);
     Score sc;
-    out.evaluations++;
+    evaluations++;
     if (!score_schedule(p, cand, &sc) || sc.overflow_bytes > cur.overflow_bytes || sc.makespan_us > cur.makespan_us)
       return false;
     cur = sc;
+    out.schedule = std::move(cand);
     return true;
   };
-  auto can_go_on = [&] { return out.evaluations < max_evaluations && std::chrono::steady_clock::now() < deadline; };
   for (int d = 0; d < p.num_devices; d++)
-    for (int k = static_cast<int>(out.schedule.devices[d].compute.size()) - 1; k >= 0 && can_go_on(); k--) {
-      if (out.schedule.devices[d].compute[k].kind != OpKind::kR) continue;
-      Schedule cand = out.schedule;
-      cand.devices[d].compute.erase(cand.devices[d].compute.begin() + k);
-      if (!no_worse(cand)) continue;
-      out.schedule = std::move(cand);
-      out.recomputes_dropped++;
-    }
+    for (int k = static_cast<int>(out.schedule.devices[d].compute.size()) - 1; k >= 0 && can_go_on(); k--)
+      if (out.schedule.devices[d].compute[k].kind == OpKind::kR &&
+          keep_if_no_worse(d, [k](DeviceSchedule& ds) { ds.compute.erase(ds.compute.begin() + k); }))
+        out.recomputes_dropped++;
   for (int d = 0; d < p.num_devices; d++)
     for (int k = static_cast<int>(out.schedule.devices[d].offloads.size()) - 1; k >= 0 && can_go_on(); k--) {
       const Op off = out.schedule.devices[d].offloads[k];
-      Schedule cand = out.schedule;
-      remove_offload(cand.devices[d], off.stage, off.microbatch);
-      if (!no_worse(cand)) continue;
-      out.schedule = std::move(cand);
-      out.offloads_dropped++;
+      if (keep_if_no_worse(d, [&](DeviceSchedule& ds) { remove_offload(ds, off.stage, off.microbatch); }))
+        out.offloads_dropped++;
     }
   return out;
 }

@@ -78,7 +78,6 @@ SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed
 struct Tidied {
   Schedule schedule;
   int recomputes_dropped = 0, offloads_dropped = 0;
-  int64_t evaluations = 0;
 };
 Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluations,
                      std::chrono::steady_clock::time_point deadline);
