@@ -133,6 +133,17 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
         }
       }
 
+  // For a memory check at time column `at`, two binaries on offloadable activation j: a = 1 only
+  // where j is offloaded and its offload ended by then (gone), b = 1 wherever its reload started
+  // by then (back).
+  auto gone_and_back = [&](int j, int at) {
+    const int a = add_col(0, 1, 0, true), b = add_col(0, 1, 0, true);
+    m.rows.push_back({{a, m.offload_col[j]}, {1, -1}, -inf, 0});
+    m.rows.push_back({{at, m.offload_start_col[j], a}, {1, -1, -horizon}, p.offload_us(j / M) - horizon, inf});
+    m.rows.push_back({{m.reload_start_col[j], at, b}, {1, -1, horizon}, 0, inf});
+    return std::pair{a, b};
+  };
+
   // Orders a device's own dependencies already imply (transitive closure of the rows above
   // restricted to one device), so only the rest need a binary.
   for (int d = 0; d < D; d++) {
@@ -245,10 +256,7 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
         const int f = index_of[op_id(p, Op{OpKind::kF, j / M, j % M})];
         if (before[y][f]) continue;  // not allocated yet, nor moved
         const double bytes = static_cast<double>(p.stages[j / M].act_f_bytes);
-        const int a = add_col(0, 1, 0, true), b = add_col(0, 1, 0, true);
-        m.rows.push_back({{a, m.offload_col[j]}, {1, -1}, -inf, 0});
-        m.rows.push_back({{col(op), m.offload_start_col[j], a}, {1, -1, -horizon}, p.offload_us(j / M) - horizon, inf});
-        m.rows.push_back({{m.reload_start_col[j], col(op), b}, {1, -1, horizon}, 0, inf});
+        const auto [a, b] = gone_and_back(j, col(op));
         term(a, -bytes);
         term(b, bytes);
       }
@@ -319,10 +327,7 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
       for (int k : offloaded_here) {
         if (k == j) continue;
         const double bytes = static_cast<double>(p.stages[k / M].act_f_bytes);
-        const int a = add_col(0, 1, 0, true), b = add_col(0, 1, 0, true);
-        m.rows.push_back({{a, m.offload_col[k]}, {1, -1}, -inf, 0});
-        m.rows.push_back({{L, m.offload_start_col[k], a}, {1, -1, -horizon}, p.offload_us(k / M) - horizon, inf});
-        m.rows.push_back({{m.reload_start_col[k], L, b}, {1, -1, horizon}, 0, inf});
+        const auto [a, b] = gone_and_back(k, L);
         term(a, -bytes);
         term(b, bytes);
       }
