@@ -186,15 +186,18 @@ class Iteration {
       for (const ReloadEntry& r : reloads) {
         const size_t k = slot(r.reload.stage, r.reload.microbatch);
         const int anchor = op_id(p_, r.anchor);
-        // The op whose end makes room, if any: an offload, or a compute op of this rank.
+        // The ops whose ends make room, if any: offloads, or compute ops of this rank.
         auto room_made = [&] {
-          if (!r.after) return true;
-          return r.after->kind == OpKind::kOffload ? bool(offloaded_[slot(r.after->stage, r.after->microbatch)])
-                                                   : bool(finished_[op_id(p_, *r.after)]);
+          for (const Op& x : r.after)
+            if (!(x.kind == OpKind::kOffload ? offloaded_[slot(x.stage, x.microbatch)] : finished_[op_id(p_, x)]))
+              return false;
+          return true;
         };
+        std::string after_names;
+        for (const Op& x : r.after) after_names += " and " + op_name(x);
         wait_for([&] { return started_[anchor] && offloaded_[k] && room_made(); },
                  "the anchor " + op_name(r.anchor) + " of " + op_name(r.reload) +
-                     (r.after ? " and " + op_name(*r.after) : std::string()));
+                     after_names);
         const int64_t predicted = p_.stages[r.reload.stage].act_f_bytes;
         allocate(predicted, op_name(r.reload));
         const double start = monotonic_us();

@@ -33,10 +33,14 @@ TEST(Json, ScheduleRoundTrip) {
   s.devices[0].offloads.push_back({OpKind::kOffload, 0, 1});
   s.devices[0].reloads.push_back({{OpKind::kReload, 0, 1}, {OpKind::kF, 0, 3}});
   s.devices[0].offloads.push_back({OpKind::kOffload, 0, 2});
-  s.devices[0].reloads.push_back({{OpKind::kReload, 0, 2}, {OpKind::kF, 0, 4}, Op{OpKind::kOffload, 0, 1}});
+  s.devices[0].reloads.push_back({{OpKind::kReload, 0, 2}, {OpKind::kF, 0, 4}, {Op{OpKind::kOffload, 0, 1}}});
+  s.devices[0].offloads.push_back({OpKind::kOffload, 0, 0});
+  s.devices[0].reloads.push_back(
+      {{OpKind::kReload, 0, 0}, {OpKind::kF, 0, 5}, {Op{OpKind::kOffload, 0, 1}, Op{OpKind::kF, 0, 4}}});
   s.devices[0].compute.insert(s.devices[0].compute.begin() + 5, {OpKind::kWait, 0, 1});
   const std::string text = schedule_to_json(s);
   EXPECT_TRUE(has(text, "\"after\": \"OFFLOAD1 s0\"")) << text;
+  EXPECT_TRUE(has(text, "\"after\": [\n")) << text;  // several: a list
   EXPECT_TRUE(has(text, "\"WAIT1 s0\"")) << text;
   EXPECT_TRUE(has(text, "\"format\": \"optpipe.schedule/1\""));
   Result<Schedule> back = schedule_from_json(text);
@@ -44,8 +48,9 @@ TEST(Json, ScheduleRoundTrip) {
   EXPECT_EQ(schedule_to_json(back.value), text);
   EXPECT_EQ(back.value.placement, Placement::kVShape);
   EXPECT_EQ(back.value.devices[0].reloads[0].anchor, (Op{OpKind::kF, 0, 3}));
-  EXPECT_FALSE(back.value.devices[0].reloads[0].after.has_value());
-  EXPECT_EQ(back.value.devices[0].reloads[1].after, (Op{OpKind::kOffload, 0, 1}));
+  EXPECT_TRUE(back.value.devices[0].reloads[0].after.empty());
+  EXPECT_EQ(back.value.devices[0].reloads[1].after, (std::vector<Op>{{OpKind::kOffload, 0, 1}}));
+  EXPECT_EQ(back.value.devices[0].reloads[2].after, (std::vector<Op>{{OpKind::kOffload, 0, 1}, {OpKind::kF, 0, 4}}));
 }
 
 TEST(Json, BadProblemsNameTheField) {

@@ -130,7 +130,7 @@ TEST(Simulate, ReloadWaitsForTheOffloadNamedAfter) {
   SimResult free = simulate(p, s);
   ASSERT_TRUE(free.ok()) << free.status.message;
   EXPECT_DOUBLE_EQ(free.timeline.start_us[op_id(p, op(OpKind::kReload, 0, 0))], 22);
-  s.devices[0].reloads[0].after = op(OpKind::kOffload, 0, 1);
+  s.devices[0].reloads[0].after = {op(OpKind::kOffload, 0, 1)};
   SimResult held = simulate(p, s);
   ASSERT_TRUE(held.ok()) << held.status.message;
   EXPECT_DOUBLE_EQ(held.timeline.start_us[op_id(p, op(OpKind::kReload, 0, 0))], 34);

@@ -92,18 +92,18 @@ TEST(Validate, ReloadAnchoredAfterItsBackward) {
   v = validate(f.problem, f.schedule);
   EXPECT_TRUE(v.ok()) << v.summary();
 
-  d0.reloads.back().after = Op{OpKind::kOffload, 1, 0};  // device 1's
+  d0.reloads.back().after = {Op{OpKind::kOffload, 1, 0}};  // device 1's
   v = validate(f.problem, f.schedule);
   EXPECT_TRUE(mentions(v, "RELOAD1 s0 waits for OFFLOAD0 s1, which is not a compute op or offload device 0 runs"))
       << v.summary();
-  d0.reloads.back().after = Op{OpKind::kOffload, 0, 2};  // not on the schedule
+  d0.reloads.back().after = {Op{OpKind::kOffload, 0, 2}};  // not on the schedule
   v = validate(f.problem, f.schedule);
   EXPECT_TRUE(mentions(v, "RELOAD1 s0 waits for OFFLOAD2 s0, which is not a compute op or offload device 0 runs"))
       << v.summary();
-  d0.reloads.back().after = Op{OpKind::kW, 0, 1};  // after B1, which waits for the reload: a deadlock
+  d0.reloads.back().after = {Op{OpKind::kW, 0, 1}};  // after B1, which waits for the reload: a deadlock
   v = validate(f.problem, f.schedule);
   EXPECT_TRUE(mentions(v, "RELOAD1 s0 waits for W1 s0, which does not come before B1 s0")) << v.summary();
-  d0.reloads.back().after.reset();
+  d0.reloads.back().after.clear();
   v = validate(f.problem, f.schedule);
   ASSERT_TRUE(v.ok()) << v.summary();
   EXPECT_EQ(v.sim.timeline.devices[0].offload_bytes, f.problem.stages[0].act_f_bytes);

@@ -18,7 +18,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,10 +50,10 @@ bool parse_op_name(const std::string& text, Op* out);
 struct ReloadEntry {
   Op reload;  // kind kReload
   Op anchor;  // a compute op on the same device, before the B/BW this reload feeds
-  // Optionally an op of the same device that must have finished first — an offload, or a compute
-  // op before the B/BW this reload feeds — because what it frees makes the room this reload
-  // needs (a copy stream waiting on that op's event).
-  std::optional<Op> after;
+  // Ops of the same device that must have finished first — offloads, or compute ops before the
+  // B/BW this reload feeds — because what they free makes the room this reload needs (a copy
+  // stream waiting on their events).
+  std::vector<Op> after;
 };
 
 struct DeviceSchedule {

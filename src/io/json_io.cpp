@@ -275,7 +275,15 @@ Result<Schedule> schedule_from_json(const std::string& text) {
           ReloadEntry e;
           if (const json* v = rr.get("op", true)) read_op(*v, rp + ".op", &e.reload);
           if (const json* v = rr.get("anchor", true)) read_op(*v, rp + ".anchor", &e.anchor);
-          if (const json* v = rr.get("after", false)) read_op(*v, rp + ".after", &e.after.emplace());
+          // One op, or a list of them.
+          if (const json* v = rr.get("after", false)) {
+            if (v->is_array()) {
+              for (size_t x = 0; x < v->size() && err.ok(); x++)
+                read_op((*v)[x], rp + ".after[" + std::to_string(x) + "]", &e.after.emplace_back());
+            } else {
+              read_op(*v, rp + ".after", &e.after.emplace_back());
+            }
+          }
           rr.finish();
           ds.reloads.push_back(e);
         }
@@ -303,7 +311,9 @@ std::string schedule_to_json(const Schedule& s) {
     d["reloads"] = json::array();
     for (const ReloadEntry& e : ds.reloads) {
       json r = {{"op", op_name(e.reload)}, {"anchor", op_name(e.anchor)}};
-      if (e.after) r["after"] = op_name(*e.after);
+      if (e.after.size() == 1) r["after"] = op_name(e.after[0]);
+      if (e.after.size() > 1)
+        for (const Op& x : e.after) r["after"].push_back(op_name(x));
       d["reloads"].push_back(std::move(r));
     }
     j["devices"].push_back(std::move(d));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "optimize/search.h"
 #include "optpipe/simulate.h"
@@ -70,7 +71,7 @@ void add_transfers_by_start(const Problem& p, const std::function<double(const O
     OPTPIPE_CHECK(anchor >= 0, "a reload must start after its forward");
     // And after whichever ended last before it, the anchor or an offload, when that was after the
     // anchor started.
-    std::optional<Op> after;
+    std::optional<Op> after;  // one op suffices: the one that ended last
     double after_end = start(ds.compute[anchor]);
     if (end(ds.compute[anchor]) <= t.reload_start + kEps && end(ds.compute[anchor]) > after_end) {
       after = ds.compute[anchor];
@@ -82,7 +83,9 @@ void add_transfers_by_start(const Problem& p, const std::function<double(const O
         after = Op{OpKind::kOffload, o.stage, o.microbatch};
         after_end = o.offload_end;
       }
-    ds.reloads.push_back({Op{OpKind::kReload, t.stage, t.microbatch}, ds.compute[anchor], after});
+    ReloadEntry entry{Op{OpKind::kReload, t.stage, t.microbatch}, ds.compute[anchor], {}};
+    if (after) entry.after.push_back(*after);
+    ds.reloads.push_back(entry);
   }
 }
 
@@ -128,7 +131,7 @@ bool settle_transfers(const Problem& p, int max_rounds, Schedule* s) {
       // A free still in flight — an offload, else the compute op running — : issue the reload
       // once it is done; else at the next compute op.
       if (const int off = offload_in_flight(b - 1); off >= 0) {  // never its own: that ended before it started
-        r->after = op_from_id(p, off);
+        r->after.push_back(op_from_id(p, off));
         continue;
       }
       int running = -1;
@@ -136,8 +139,8 @@ bool settle_transfers(const Problem& p, int max_rounds, Schedule* s) {
         const int i = op_id(p, ds.compute[k]);
         if (sim.timeline.start_us[i] <= f.peak_time_us && sim.timeline.end_us[i] > f.peak_time_us) running = k;
       }
-      if (running >= 0 && r->after != ds.compute[running]) {
-        r->after = ds.compute[running];
+      if (running >= 0 && find_op(r->after, ds.compute[running]) < 0) {
+        r->after.push_back(ds.compute[running]);
         continue;
       }
       int next = find_op(ds.compute, r->anchor) + 1;

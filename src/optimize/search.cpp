@@ -62,7 +62,7 @@ void remove_offload(DeviceSchedule& ds, int stage, int microbatch) {
       break;
     }
   for (ReloadEntry& r : ds.reloads)
-    if (r.after == offload) r.after.reset();
+    std::erase(r.after, offload);
 }
 
 namespace {

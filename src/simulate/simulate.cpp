@@ -56,7 +56,8 @@ class Sim {
   std::vector<uint8_t> present_;
   std::vector<uint8_t> is_anchor_;  // by op id: a reload's anchor or `after`, so it wakes the reloads
   std::vector<int> anchor_of_;  // by stage·M + mb: the anchor op id of that reload
-  std::vector<int> after_of_;   // by stage·M + mb: the offload that reload waits for, −1 if none
+  std::vector<std::pair<int, int>> after_range_;  // by stage·M + mb: that reload's range in after_ids_
+  std::vector<int> after_ids_;                    // the op ids reloads wait for, reload by reload
   std::vector<double> start_, end_;
   // Looked up, not recomputed, on the hot path: per op id its op and duration, per stage its device.
   std::vector<Op> op_of_;
@@ -96,7 +97,8 @@ Status Sim::build() {
   present_.assign(n, 0);
   is_anchor_.assign(n, 0);
   anchor_of_.assign(static_cast<size_t>(S_) * M_, -1);
-  after_of_.assign(static_cast<size_t>(S_) * M_, -1);
+  after_range_.assign(static_cast<size_t>(S_) * M_, {0, 0});
+  after_ids_.clear();
   start_.assign(n, kNaN);
   end_.assign(n, kNaN);
   op_of_.resize(n);
@@ -160,15 +162,16 @@ Status Sim::build() {
                                    " is anchored to " + op_name(a) + " on another device");
           int a_id = op_id(S_, M_, a);
           anchor_of_[r.reload.stage * M_ + r.reload.microbatch] = a_id;
-          if (r.after) {
-            const Op& x = *r.after;
+          const int after_begin = static_cast<int>(after_ids_.size());
+          for (const Op& x : r.after) {
             if ((x.kind != OpKind::kOffload && !is_compute(x.kind)) || x.stage < 0 || x.stage >= S_ || x.microbatch < 0 ||
                 x.microbatch >= M_ || p_->device_of(x.stage) != d)
               return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) + " waits for " +
                                      op_name(x) + ", not a compute op or offload of this device");
-            after_of_[r.reload.stage * M_ + r.reload.microbatch] = op_id(S_, M_, x);
             is_anchor_[op_id(S_, M_, x)] = 1;
+            after_ids_.push_back(op_id(S_, M_, x));
           }
+          after_range_[r.reload.stage * M_ + r.reload.microbatch] = {after_begin, static_cast<int>(after_ids_.size())};
           is_anchor_[a_id] = 1;
         }
       }
@@ -208,7 +211,8 @@ double Sim::ready_time(int i) const {
     case OpKind::kWait: after(id(OpKind::kOffload, s, mb), 0); break;
     case OpKind::kReload: {
       after(id(OpKind::kOffload, s, mb), 0);
-      if (after_of_[s * M_ + mb] >= 0) after(after_of_[s * M_ + mb], 0);
+      const auto [after_begin, after_end] = after_range_[s * M_ + mb];
+      for (int k = after_begin; k < after_end; k++) after(after_ids_[k], 0);
       int a = anchor_of_[s * M_ + mb];
       if (std::isnan(ready) || std::isnan(start_[a])) return kNaN;
       ready = std::max(ready, start_[a]);

@@ -151,8 +151,7 @@ struct Checker {
         if (device_of_id[b] == d && position[ai] >= position[b])
           report(d, &op, dev(d) + ": " + op_name(op) + " is anchored to " + op_name(a) +
                              ", which does not come before " + op_name(op_from_id(p, b)) + " that waits for it");
-        if (r.after) {
-          const Op& x = *r.after;
+        for (const Op& x : r.after) {
           const bool kind_ok = x.kind == OpKind::kOffload || is_compute(x.kind);
           const bool ok = kind_ok && x.stage >= 0 && x.stage < S && x.microbatch >= 0 && x.microbatch < M &&
                           device_of_id[op_id(S, M, x)] == d;
