@@ -8,7 +8,7 @@
 using namespace optpipe;
 
 // Figures only (what a search scoring many candidates asks for), or with every op's times.
-static void simulate_family(benchmark::State& state, const char* family, bool op_times) {
+static void simulate_family(benchmark::State& state, const char* family, bool op_times, bool any_timing = false) {
   UniformSpec u;
   u.num_devices = static_cast<int>(state.range(0));
   u.num_microbatches = static_cast<int>(state.range(1));
@@ -20,7 +20,7 @@ static void simulate_family(benchmark::State& state, const char* family, bool op
   }
   const size_t ops = fs.value.schedule.num_ops();
   for (auto _ : state) {
-    SimResult r = simulate(fs.value.problem, fs.value.schedule, {.op_times = op_times});
+    SimResult r = simulate(fs.value.problem, fs.value.schedule, {.op_times = op_times, .any_timing = any_timing});
     benchmark::DoNotOptimize(r.timeline.makespan_us);
   }
   state.counters["ops"] = static_cast<double>(ops);
@@ -32,5 +32,7 @@ BENCHMARK_CAPTURE(simulate_family, zb_v, "zb-v", false)->Args({8, 32})->Args({16
 BENCHMARK_CAPTURE(simulate_family, interleaved, "interleaved-1f1b", false)->Args({8, 32})->Args({32, 256});
 BENCHMARK_CAPTURE(simulate_family, pipeoffload, "pipeoffload", false)->Args({8, 32})->Args({32, 256});
 BENCHMARK_CAPTURE(simulate_family, zb_v_with_op_times, "zb-v", true)->Args({8, 32})->Args({32, 256});
+// With the worst case over every timing (any_timing.h), on a schedule with transfers.
+BENCHMARK_CAPTURE(simulate_family, pipeoffload_any_timing, "pipeoffload", false, true)->Args({8, 32})->Args({32, 256});
 
 BENCHMARK_MAIN();

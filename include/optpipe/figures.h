@@ -8,13 +8,15 @@
 
 namespace optpipe {
 
-// Makespan, longest span, bubble ratio, fits, and per device: busy/idle, first/last op, peak
-// memory (bytes, time, op), budget, offload/reload traffic, recomputes.
+// Makespan, longest span, bubble ratio, fits (nominally and under any timing), and per device:
+// busy/idle, first/last op, peak memory (bytes, time, op; worst case over timings), budget,
+// offload/reload traffic, recomputes.
 nlohmann::json timeline_json(const Problem& p, const Timeline& t);
 
 // Devices, microbatches, placement, stages, per-device budgets.
 nlohmann::json problem_summary_json(const Problem& p);
 
-bool fits_budget(const Problem& p, const Timeline& t);
+bool fits_budget(const Problem& p, const Timeline& t);      // at the nominal timings
+bool fits_any_timing(const Problem& p, const Timeline& t);  // under every timing (any_timing.h)
 
 }  // namespace optpipe

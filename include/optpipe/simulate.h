@@ -40,6 +40,9 @@ struct DeviceFigures {
   double last_end_us = 0;     // last op end
   double idle_us = 0;         // makespan − busy
   int64_t peak_bytes = 0;     // peak of static + activations + workspace
+  int64_t worst_peak_bytes = 0;  // the same peak under the worst timing the schedule allows
+                                 // (any_timing.h); filled with SimOptions::any_timing
+  Op worst_peak_op;              // the compute op running at that worst moment
   double peak_time_us = 0;    // when the peak is first reached
   Op peak_op;                 // the op whose allocation reaches the peak
   int64_t offload_bytes = 0;  // moved to the host
@@ -64,15 +67,27 @@ struct Timeline {
 struct SimOptions {
   bool op_times = true;       // fill Timeline::start_us / end_us (off: only the figures)
   bool memory_curve = false;  // also record every step of each device's memory curve
+  bool any_timing = true;     // also the worst-case peaks over every timing (any_timing.h)
+  // By op id: each op's duration is the problem's times this factor (noise.h draws them).
+  // Null: the problem's durations.
+  const std::vector<double>* duration_factors = nullptr;
+  // The runtime's rule: an allocation that would pass the device's budget waits until frees make
+  // room (off: every op starts as soon as its inputs and resource allow, whatever the memory).
+  bool gate_memory = false;
 };
 
 struct SimResult {
   Status status;      // InvalidInput when the schedule deadlocks or names an op twice / out of range
   Timeline timeline;  // complete only when status is ok
   std::vector<Op> stuck;  // on deadlock: the op each blocked resource waits to run
+  bool out_of_memory = false;  // with gate_memory: stuck waiting for room that nothing can free
 
   bool ok() const { return status.ok(); }
 };
+
+// Memory change of `op` on its own device when it starts (`at_start`) or ends; `recomputed`: the
+// schedule recomputes this forward's activation, so F keeps only its input.
+int64_t memory_delta(const Problem& p, const Op& op, bool at_start, bool recomputed);
 
 // p must satisfy check_problem() (not re-checked here: this is the search's hot path; validate()
 // checks it).

@@ -21,6 +21,12 @@ bool fits_budget(const Problem& p, const Timeline& t) {
   return true;
 }
 
+bool fits_any_timing(const Problem& p, const Timeline& t) {
+  for (int d = 0; d < p.num_devices; d++)
+    if (t.devices[d].worst_peak_bytes > p.devices[d].mem_budget_bytes) return false;
+  return true;
+}
+
 nlohmann::json timeline_json(const Problem& p, const Timeline& t) {
   nlohmann::json devices = nlohmann::json::array();
   for (int d = 0; d < p.num_devices; d++) {
@@ -35,6 +41,9 @@ nlohmann::json timeline_json(const Problem& p, const Timeline& t) {
                        {"peak_op", op_name(f.peak_op)},
                        {"mem_budget_bytes", p.devices[d].mem_budget_bytes},
                        {"fits_budget", f.peak_bytes <= p.devices[d].mem_budget_bytes},
+                       {"worst_peak_bytes", f.worst_peak_bytes},
+                       {"worst_peak_op", op_name(f.worst_peak_op)},
+                       {"fits_any_timing", f.worst_peak_bytes <= p.devices[d].mem_budget_bytes},
                        {"offload_bytes", f.offload_bytes},
                        {"reload_bytes", f.reload_bytes},
                        {"d2h_busy_us", f.d2h_busy_us},
@@ -45,6 +54,7 @@ nlohmann::json timeline_json(const Problem& p, const Timeline& t) {
           {"max_span_us", t.max_span_us},
           {"bubble_ratio", t.bubble_ratio},
           {"fits_budget", fits_budget(p, t)},
+          {"fits_any_timing", fits_any_timing(p, t)},
           {"devices", devices}};
 }
 

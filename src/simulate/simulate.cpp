@@ -4,11 +4,36 @@
 // always the one that can start earliest, which makes the shared channel first come, first served.
 #include "optpipe/simulate.h"
 
+#include "optpipe/any_timing.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <queue>
 
 namespace optpipe {
+
+int64_t memory_delta(const Problem& p, const Op& op, bool at_start, bool recomputed) {
+  const StageSpec& st = p.stages[op.stage];
+  switch (op.kind) {
+    case OpKind::kF:
+      if (at_start) return st.act_f_bytes + st.ws_f_bytes;
+      return -st.ws_f_bytes - (recomputed ? st.act_f_bytes - st.act_input_bytes : 0);
+    case OpKind::kR:
+      return at_start ? st.act_f_bytes - st.act_input_bytes + st.ws_f_bytes : -st.ws_f_bytes;
+    case OpKind::kB: return at_start ? st.ws_b_bytes : st.act_b_bytes - st.ws_b_bytes;
+    case OpKind::kW: return at_start ? st.ws_w_bytes : st.act_w_bytes - st.ws_w_bytes;
+    case OpKind::kBW: {
+      const int64_t ws = std::max(st.ws_b_bytes, st.ws_w_bytes);
+      return at_start ? ws : st.act_b_bytes + st.act_w_bytes - ws;
+    }
+    case OpKind::kOffload: return at_start ? 0 : -st.act_f_bytes;
+    case OpKind::kReload: return at_start ? st.act_f_bytes : 0;
+    case OpKind::kWait: return 0;
+  }
+  return 0;
+}
+
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -37,6 +62,8 @@ class Sim {
   void wake_dependents(const Op& op);
   void advance(int q);
   bool place_next_shared();
+  void place_gated(bool* out_of_memory);
+  bool recomputed(const Op& op) const { return op.kind == OpKind::kF && present_[id(OpKind::kR, op.stage, op.microbatch)]; }
   void compute_figures(const SimOptions& options, Timeline* t) const;
 
   int compute_queue(int device) const { return 3 * device; }
@@ -52,6 +79,7 @@ class Sim {
 
   const Problem* p_ = nullptr;
   const Schedule* s_ = nullptr;
+  const std::vector<double>* factors_ = nullptr;
   int S_ = 0, M_ = 0, D_ = 0;
   std::vector<uint8_t> present_;
   std::vector<uint8_t> is_anchor_;  // by op id: a reload's anchor or `after`, so it wakes the reloads
@@ -128,7 +156,7 @@ Status Sim::build() {
     if (present_[i]) return Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " appears twice");
     present_[i] = 1;
     op_of_[i] = op;
-    dur_[i] = duration(op);
+    dur_[i] = factors_ ? duration(op) * (*factors_)[i] : duration(op);
     queue_ops_.push_back(i);
     return Status::Ok();
   };
@@ -301,6 +329,13 @@ bool Sim::place_next_shared() {
 SimResult Sim::run(const Problem& p, const Schedule& s, const SimOptions& options) {
   p_ = &p;
   s_ = &s;
+  factors_ = options.duration_factors;
+  if (factors_ && factors_->size() != static_cast<size_t>(num_op_ids(p))) {
+    SimResult bad;
+    bad.status = Status::Invalid("duration factors: " + std::to_string(factors_->size()) + " given, " +
+                                 std::to_string(num_op_ids(p)) + " op ids");
+    return bad;
+  }
   shared_queues_.clear();
   worklist_.clear();
   num_placed_ = 0;
@@ -308,19 +343,23 @@ SimResult Sim::run(const Problem& p, const Schedule& s, const SimOptions& option
   r.status = build();
   if (!r.status.ok()) return r;
 
-  for (int q = 0; q < static_cast<int>(queues_.size()); q++) wake(q);
-  for (;;) {
-    while (!worklist_.empty()) {
-      const int q = worklist_.back();
-      worklist_.pop_back();
-      queues_[q].in_worklist = false;
-      advance(q);
+  if (options.gate_memory) {
+    place_gated(&r.out_of_memory);
+  } else {
+    for (int q = 0; q < static_cast<int>(queues_.size()); q++) wake(q);
+    for (;;) {
+      while (!worklist_.empty()) {
+        const int q = worklist_.back();
+        worklist_.pop_back();
+        queues_[q].in_worklist = false;
+        advance(q);
+      }
+      if (num_placed_ == num_ops_ || !place_next_shared()) break;
     }
-    if (num_placed_ == num_ops_ || !place_next_shared()) break;
   }
 
   if (num_placed_ != num_ops_) {
-    std::string msg = "deadlock: no op can start; blocked:";
+    std::string msg = r.out_of_memory ? "stuck: no free can make room; blocked:" : "deadlock: no op can start; blocked:";
     for (const Queue& qu : queues_) {
       if (qu.head == qu.end - qu.begin) continue;
       Op op = op_from_id(*p_, queue_ops_[qu.begin + qu.head]);
@@ -332,6 +371,17 @@ SimResult Sim::run(const Problem& p, const Schedule& s, const SimOptions& option
     return r;
   }
   compute_figures(options, &r.timeline);
+  if (options.any_timing) {
+    Result<std::vector<WorstCase>> worst = worst_case_peaks(p, s);
+    if (!worst.ok()) {
+      r.status = worst.status;
+      return r;
+    }
+    for (int d = 0; d < D_; d++) {
+      r.timeline.devices[d].worst_peak_bytes = worst.value[d].peak_bytes;
+      r.timeline.devices[d].worst_peak_op = worst.value[d].during;
+    }
+  }
   if (options.op_times) {
     r.timeline.start_us = start_;
     r.timeline.end_us = end_;
@@ -339,26 +389,58 @@ SimResult Sim::run(const Problem& p, const Schedule& s, const SimOptions& option
   return r;
 }
 
-// Memory change of `op` at its start (`at_start`) or end, on its own device.
-int64_t memory_delta(const Problem& p, const Op& op, bool at_start, bool recomputed) {
-  const StageSpec& st = p.stages[op.stage];
-  switch (op.kind) {
-    case OpKind::kF:
-      if (at_start) return st.act_f_bytes + st.ws_f_bytes;
-      return -st.ws_f_bytes - (recomputed ? st.act_f_bytes - st.act_input_bytes : 0);
-    case OpKind::kR:
-      return at_start ? st.act_f_bytes - st.act_input_bytes + st.ws_f_bytes : -st.ws_f_bytes;
-    case OpKind::kB: return at_start ? st.ws_b_bytes : st.act_b_bytes - st.ws_b_bytes;
-    case OpKind::kW: return at_start ? st.ws_w_bytes : st.act_w_bytes - st.ws_w_bytes;
-    case OpKind::kBW: {
-      const int64_t ws = std::max(st.ws_b_bytes, st.ws_w_bytes);
-      return at_start ? ws : st.act_b_bytes + st.act_w_bytes - ws;
+// The runtime's rule: ops start in time order, each as soon as its resource and inputs allow and,
+// if it allocates, once its device's frees have made room within the budget. A scan over the
+// queue heads picks the next start (ties as on a shared channel: earlier ready, then lower
+// queue), so with room to spare this places every op exactly where the plain loop does.
+void Sim::place_gated(bool* out_of_memory) {
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  using Free = std::pair<double, int64_t>;  // (time, bytes freed, ≤ 0)
+  std::vector<std::priority_queue<Free, std::vector<Free>, std::greater<>>> frees(D_);
+  std::vector<int64_t> bytes(D_);
+  for (int d = 0; d < D_; d++) bytes[d] = p_->devices[d].static_bytes;
+  std::vector<double> room_at(queues_.size(), 0);  // a blocked head's next chance: its device's next free
+  for (;;) {
+    int best = -1;
+    double best_start = 0, best_ready = 0;
+    for (int q = 0; q < static_cast<int>(queues_.size()); q++) {
+      const Queue& qu = queues_[q];
+      if (qu.head == qu.end - qu.begin) continue;
+      const double ready = ready_time(queue_ops_[qu.begin + qu.head]);
+      if (std::isnan(ready)) continue;
+      const double start = std::max({ready, resource_free_us_[qu.resource], room_at[q]});
+      if (start == kNever) continue;
+      if (best < 0 || start < best_start || (start == best_start && ready < best_ready)) {
+        best = q;
+        best_start = start;
+        best_ready = ready;
+      }
     }
-    case OpKind::kOffload: return at_start ? 0 : -st.act_f_bytes;
-    case OpKind::kReload: return at_start ? st.act_f_bytes : 0;
-    case OpKind::kWait: return 0;
+    if (best < 0) break;
+    const int d = queues_[best].device;
+    while (!frees[d].empty() && frees[d].top().first <= best_start) {
+      bytes[d] += frees[d].top().second;
+      frees[d].pop();
+    }
+    const int i = queue_ops_[queues_[best].begin + queues_[best].head];
+    const Op op = op_of_[i];
+    const int64_t alloc = memory_delta(*p_, op, true, recomputed(op));
+    if (alloc > 0 && bytes[d] + alloc > p_->devices[d].mem_budget_bytes) {
+      room_at[best] = frees[d].empty() ? kNever : frees[d].top().first;
+      continue;
+    }
+    room_at[best] = 0;
+    place(i, best, best_start);
+    bytes[d] += alloc;
+    if (const int64_t freed = memory_delta(*p_, op, false, recomputed(op)); freed != 0) {
+      frees[d].push({end_[i], freed});
+      for (int k = 0; k < 3; k++) {  // a head waiting for room may start when this ends
+        double& at = room_at[3 * d + k];
+        if (at > end_[i]) at = end_[i];
+      }
+    }
   }
-  return 0;
+  *out_of_memory = std::find(room_at.begin(), room_at.end(), kNever) != room_at.end();
 }
 
 void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
@@ -437,8 +519,7 @@ void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
         at_start = true;
       }
       const Op op = op_of_[i];
-      const bool recomputed = op.kind == OpKind::kF && present_[id(OpKind::kR, op.stage, op.microbatch)];
-      bytes += memory_delta(*p_, op, at_start, recomputed);
+      bytes += memory_delta(*p_, op, at_start, recomputed(op));
       if (bytes > f.peak_bytes) {
         f.peak_bytes = bytes;
         f.peak_time_us = best_t;

@@ -1,0 +1,156 @@
+// The gates that make a schedule fit under any timing (any_timing.h).
+//
+// On a device whose worst case is over its budget, every moment of a run is made no heavier
+// than a moment of the nominal run, which fits:
+//   1. a reload may not start before the compute event it followed nominally: its anchor moves
+//      to that op when the event is a start, or the op joins its `after` when it is an end;
+//   2. a reload waits (`after`) for the last offload that had ended before it nominally;
+//   3. an allocation on the compute stream waits (WAIT) for the offloads that had ended before it
+//      nominally — only where the moments up to the next allocation could overflow without it.
+// Then at any moment the reloads started are ones that nominally started before the compute
+// stream's position; if the last of them started after the last allocation, the moment is no
+// heavier than the nominal one right after that reload (gate 2), else than the nominal one right
+// after that allocation (gate 3). Each gate holds at nominal timings, so nothing moves there.
+#include <algorithm>
+#include <cmath>
+
+#include "optpipe/any_timing.h"
+#include "simulate/device_orders.h"
+
+namespace optpipe {
+namespace {
+
+class DeviceGater {
+ public:
+  DeviceGater(const Problem& p, int device, const Timeline& nominal, const OrderLookups& at, Schedule* s)
+      : p_(p), d_(device), t_(nominal), at_(at), s_(*s), ds_(s->devices[device]) {}
+
+  void run(Gated* out) {
+    gate_reloads(out);
+    gate_allocations(out);
+  }
+
+ private:
+  double start(const Op& op) const { return t_.start_us[op_id(p_, op)]; }
+  double end(const Op& op) const { return t_.end_us[op_id(p_, op)]; }
+  double event_time(int e) const { return e % 2 == 0 ? start(ds_.compute[e / 2]) : end(ds_.compute[e / 2]); }
+
+  DeviceOrders orders() const {
+    DeviceOrders o;
+    const Status st = build_device_orders(p_, s_, d_, at_, &o);
+    OPTPIPE_CHECK(st.ok(), "a schedule to gate must have consistent orders: " + st.message);
+    return o;
+  }
+
+  // Gates 1 and 2.
+  void gate_reloads(Gated* out) {
+    const DeviceOrders before = orders();
+    const int num_events = before.num_compute_events();
+    int e = 0;           // compute events nominally before the current reload (all at equal times)
+    int offloads = 0;    // offloads nominally ended by then
+    int added_compute = 0;
+    for (int j = 1; j <= before.num_reloads(); j++) {
+      ReloadEntry& r = ds_.reloads[j - 1];
+      const double at = start(r.reload);
+      while (e < num_events && event_time(e) <= at) e++;
+      const int backward = backward_pos(r.reload);
+      const int follows = std::min(e, 2 * backward) - 1;  // the compute event it followed, before its backward
+      if (follows >= 0 && std::max(before.reload_needs_compute[j], added_compute) < follows + 1) {
+        const Op& op = ds_.compute[follows / 2];
+        if (follows % 2 == 0)
+          r.anchor = op;
+        else
+          r.after.push_back(op);
+        added_compute = follows + 1;
+        out->reload_gates_added++;
+      }
+    }
+    // Offloads forced by reaching a compute prefix: swept once, as the prefixes only grow.
+    const DeviceOrders now = orders();
+    WorstCaseSweep sweep(now);
+    int added_offloads = 0;
+    for (int j = 1; j <= now.num_reloads(); j++) {
+      ReloadEntry& r = ds_.reloads[j - 1];
+      while (offloads < now.num_offloads() && end(ds_.offloads[offloads]) <= start(r.reload)) offloads++;
+      while (sweep.prefix() < now.reload_needs_compute[j]) OPTPIPE_CHECK(sweep.step().ok(), "gated orders hold");
+      const int forced = std::max({now.reload_needs_offloads[j], added_offloads, sweep.forced_offloads()});
+      if (forced < offloads) {
+        r.after.push_back(ds_.offloads[offloads - 1]);
+        added_offloads = offloads;
+        out->reload_gates_added++;
+      }
+    }
+  }
+
+  // Gate 3.
+  void gate_allocations(Gated* out) {
+    const DeviceOrders o = orders();
+    const int64_t budget = p_.devices[d_].mem_budget_bytes;
+    const int n = static_cast<int>(ds_.compute.size());
+    WorstCaseSweep sweep(o);
+    std::vector<std::pair<int, Op>> waits;  // (before compute position, WAIT)
+    int offloads = 0;
+    for (int k = 0; k < n; k++) {
+      const Op op = ds_.compute[k];
+      if (o.delta[2 * k] > 0 && op.kind != OpKind::kWait) {
+        while (offloads < o.num_offloads() && end(ds_.offloads[offloads]) <= start(op)) offloads++;
+        WorstCaseSweep probe = sweep;
+        OPTPIPE_CHECK(probe.step().ok(), "gated orders hold");
+        bool over = probe.forced_offloads() < offloads && probe.bytes() > budget;
+        // ... or at any moment up to the next allocation.
+        for (int e = 2 * k + 1; !over && probe.forced_offloads() < offloads && e < 2 * n && !(e % 2 == 0 && o.delta[e] > 0); e++) {
+          OPTPIPE_CHECK(probe.step().ok(), "gated orders hold");
+          over = probe.bytes() > budget;
+        }
+        if (over) {
+          sweep.force_offloads(offloads);
+          const Op& off = ds_.offloads[offloads - 1];
+          waits.push_back({k, Op{OpKind::kWait, off.stage, off.microbatch}});
+        }
+      }
+      OPTPIPE_CHECK(sweep.step().ok() && sweep.step().ok(), "gated orders hold");
+    }
+    if (waits.empty()) return;
+    // A WAIT moved up replaces the one that stood later for the same offload.
+    std::vector<Op> compute;
+    compute.reserve(ds_.compute.size() + waits.size());
+    size_t next = 0;
+    for (int k = 0; k < n; k++) {
+      for (; next < waits.size() && waits[next].first == k; next++) compute.push_back(waits[next].second);
+      const Op& op = ds_.compute[k];
+      if (op.kind == OpKind::kWait && std::any_of(waits.begin(), waits.begin() + next, [&](const auto& w) { return w.second == op; }))
+        continue;
+      compute.push_back(op);
+    }
+    ds_.compute = std::move(compute);
+    out->waits_added += static_cast<int>(waits.size());
+  }
+
+  int backward_pos(const Op& reload) const {
+    const int b = at_.compute_pos[op_id(p_, Op{OpKind::kB, reload.stage, reload.microbatch})];
+    return b >= 0 ? b : at_.compute_pos[op_id(p_, Op{OpKind::kBW, reload.stage, reload.microbatch})];
+  }
+
+  const Problem& p_;
+  const int d_;
+  const Timeline& t_;
+  const OrderLookups& at_;  // compute positions hold until gate 3, the last, inserts WAITs
+  const Schedule& s_;
+  DeviceSchedule& ds_;
+};
+
+}  // namespace
+
+Gated gate_for_any_timing(const Problem& p, const Schedule& s, const Timeline& nominal) {
+  Gated out{s};
+  Result<std::vector<WorstCase>> worst = worst_case_peaks(p, s);
+  if (!worst.ok()) return out;  // not a schedule that can run: nothing to gate
+  OPTPIPE_CHECK(nominal.start_us.size() == static_cast<size_t>(num_op_ids(p)), "gating needs the nominal op times");
+  // Gating one device moves no other device's ops.
+  const OrderLookups at(p, s);
+  for (int d = 0; d < p.num_devices; d++)
+    if (worst.value[d].peak_bytes > p.devices[d].mem_budget_bytes) DeviceGater(p, d, nominal, at, &out.schedule).run(&out);
+  return out;
+}
+
+}  // namespace optpipe
