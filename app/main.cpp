@@ -2,7 +2,9 @@
 // (a schedule over its budget, nothing fits), 70 internal error (a bug: please report it).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <unistd.h>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 #include "optpipe/families.h"
 #include "optpipe/figures.h"
 #include "optpipe/json_io.h"
+#include "optpipe/noise.h"
 #include "optpipe/optimize.h"
 #include "optpipe/problem.h"
 #include "optpipe/simulate.h"
@@ -85,19 +88,28 @@ int cmd_schedule(const std::string& problem_path, const std::string& family, int
   return kExitOk;
 }
 
-int cmd_simulate(const std::string& problem_path, const std::string& schedule_path, bool as_json) {
+// With `noise` (samples > 0), also the noise evaluation.
+int cmd_simulate(const std::string& problem_path, const std::string& schedule_path, const std::optional<NoiseSpec>& noise,
+                 bool as_json) {
   Result<FamilySchedule> fs = load_schedule(problem_path, schedule_path, "", 0);
   if (!fs.ok()) return fail(fs.status);
   const Problem& problem = fs.value.problem;
   Result<Timeline> t = checked_timeline(fs.value, schedule_path);
   if (!t.ok()) return fail(t.status);
   const bool fits = fits_budget(problem, t.value);
+  Result<NoiseReport> noisy;
+  if (noise) {
+    noisy = evaluate_noise(problem, fs.value.schedule, *noise);
+    if (!noisy.ok()) return fail(noisy.status);
+  }
   if (as_json) {
     json j = timeline_json(problem, t.value);
     j["problem"] = problem_summary_json(problem);
+    if (noise) j["noise"] = noise_json(*noise, noisy.value);
     print_json(j);
   } else {
     std::printf("problem: %s\n%s", problem_summary(problem).c_str(), timeline_text(problem, t.value).c_str());
+    if (noise) std::printf("\n%s", noise_text(problem, *noise, noisy.value).c_str());
   }
   return fits ? kExitOk : kExitInfeasible;
 }
@@ -133,17 +145,19 @@ int64_t max_peak(const Timeline& t) {
   return peak;
 }
 
-int cmd_compare(const std::string& problem_path, bool as_json) {
+int cmd_compare(const std::string& problem_path, const std::optional<NoiseSpec>& noise, bool as_json) {
   Result<Problem> p = load_problem(problem_path);
   if (!p.ok()) return fail(p.status);
   json rows_json = json::array();
   std::vector<std::vector<std::string>> rows = {
-      {"family", "placement", "makespan", "lower bound", "bubble", "peak memory", "fits", "peak per device"}};
+      {"family", "placement", "makespan", "lower bound", "bubble", "peak memory", "worst case", "fits", "peak per device"}};
+  if (noise) rows[0].insert(rows[0].begin() + 3, {"p50 noisy", "p95 noisy", "over budget", "stuck"});
   int num_fit = 0;
   for (const FamilyRun& o : run_families(p.value, {.op_times = false})) {
     const Family& f = *o.family;
     if (!o.status.ok()) {
-      rows.push_back({f.name, placement_label(f), "-", "-", "-", "-", "n/a", o.status.message});
+      rows.push_back({f.name, placement_label(f), "-", "-", "-", "-", "-", "n/a", o.status.message});
+      if (noise) rows.back().insert(rows.back().begin() + 3, {"-", "-", "-", "-"});
       rows_json.push_back({{"family", f.name}, {"status", "not applicable"}, {"reason", o.status.message}});
       continue;
     }
@@ -161,9 +175,23 @@ int cmd_compare(const std::string& problem_path, bool as_json) {
     std::snprintf(bubble, sizeof bubble, "%.1f%%", 100 * t.bubble_ratio);
     // The fastest any schedule of this placement that fits the budget could be.
     const double bound = makespan_lower_bound(o.built.problem);
+    int64_t worst = 0;
+    for (const DeviceFigures& d : t.devices) worst = std::max(worst, d.worst_peak_bytes);
     rows.push_back({f.name, placement_label(f), format_us(t.makespan_us), format_us(bound), bubble,
-                    format_bytes(max_peak(t)), o.fits ? "yes" : "no", per_device + (gib ? " GiB" : " MiB")});
+                    format_bytes(max_peak(t)), format_bytes(worst), o.fits_any_timing ? "yes" : o.fits ? "nominal only" : "no",
+                    per_device + (gib ? " GiB" : " MiB")});
     json j = timeline_json(o.built.problem, t);
+    if (noise) {
+      Result<NoiseReport> r = evaluate_noise(o.built.problem, o.built.schedule, *noise);
+      if (!r.ok()) return fail(r.status);
+      const NoiseReport& n = r.value;
+      const std::string of = " of " + std::to_string(n.samples);
+      rows.back().insert(rows.back().begin() + 3,
+                         {std::isnan(n.p50_makespan_us) ? "-" : format_us(n.p50_makespan_us),
+                          std::isnan(n.p95_makespan_us) ? "-" : format_us(n.p95_makespan_us),
+                          std::to_string(n.overflowed) + of, std::to_string(n.stuck) + of});
+      j["noise"] = noise_json(*noise, n);
+    }
     j["lower_bound_us"] = bound;
     j["family"] = f.name;
     j["status"] = "ok";
@@ -175,6 +203,11 @@ int cmd_compare(const std::string& problem_path, bool as_json) {
     print_json({{"problem", problem_summary_json(p.value)}, {"families", rows_json}, {"num_fit", num_fit}});
   } else {
     std::printf("problem: %s\n\n%s", problem_summary(p.value).c_str(), aligned_table(rows).c_str());
+    if (noise)
+      std::printf("\nnoisy: %d samples, per-op jitter σ %g, profile error σ %g, seed %llu; over budget: the samples in "
+                  "which a device passes its budget as planned (out of memory on a GPU); stuck: those in which, "
+                  "holding allocations until frees make room, nothing can\n",
+                  noise->samples, noise->jitter_sigma, noise->profile_sigma, static_cast<unsigned long long>(noise->seed));
   }
   return num_fit > 0 ? kExitOk : kExitInfeasible;
 }
@@ -229,6 +262,14 @@ int cmd_report(const std::string& problem_path, const std::vector<std::string>& 
   return r.outcome != Outcome::kInfeasible ? kExitOk : kExitInfeasible;
 }
 
+// Which memory rule the answer was held to, and what holding it cost.
+std::string timing_line(const OptimizeOptions& options, const OptimizeResult& r) {
+  if (!options.any_timing) return "timing: exact — fits the budget at the profile's timings, not necessarily if they drift";
+  return fmt::format("timing: any — fits the budget under any timing ({} WAIT(s) and {} reload gate(s) added, "
+                     "no cost at the profile's timings)",
+                     r.stats.waits_added, r.stats.reload_gates_added);
+}
+
 void print_progress(const Progress& g) {
   const std::string best = g.best_makespan_us > 0 ? format_us(g.best_makespan_us) : std::string("none fits yet");
   const std::string gap =
@@ -265,6 +306,7 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
     j["idle_reduction_vs_best_baseline"] = idle_reduction;
     j["needed_budget_bytes"] = r.needed_budget_bytes;
     j["budget_lower_bound_bytes"] = r.budget_lower_bound_bytes;
+    j["timing"] = options.any_timing ? "any" : "exact";
     j["stats"] = {{"wall_s", r.stats.wall_s},
                   {"evaluations", r.stats.evaluations},
                   {"improvements", r.stats.improvements},
@@ -276,6 +318,8 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
                   {"exact_nodes", r.stats.exact_nodes},
                   {"recomputes_dropped", r.stats.recomputes_dropped},
                   {"offloads_dropped", r.stats.offloads_dropped},
+                  {"waits_added", r.stats.waits_added},
+                  {"reload_gates_added", r.stats.reload_gates_added},
                   {"seed", options.seed},
                   {"threads", options.threads}};
     if (fits && !out_path.empty()) j["schedule_file"] = out_path;
@@ -292,6 +336,7 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
                   placement_name(r.problem.placement), r.problem.chunks_per_device, r.stats.start_family.c_str(),
                   format_us(t.makespan_us).c_str(), 100 * t.bubble_ratio, 100 * idle_reduction);
       std::printf("lower bound %s, gap %.1f%%: %s\n", format_us(r.lower_bound_us).c_str(), 100 * r.gap, outcome_name(r.outcome));
+      std::printf("%s\n", timing_line(options, r).c_str());
     } else {
       std::printf("nothing found fits the budget; the best schedule found needs per device:");
       for (size_t d = 0; d < r.needed_budget_bytes.size(); d++)
@@ -374,13 +419,15 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
   auto add_row = [&](const std::string& name, const Problem& fp, const Timeline& t, bool row_fits, double bound) {
     const double gap = t.makespan_us > 0 ? (t.makespan_us - bound) / t.makespan_us : 0;
     const double speedup = best_makespan > 0 && row_fits ? best_makespan / t.makespan_us : 0;
-    rows.push_back({name, row_fits ? "yes" : "no", format_us(t.makespan_us), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
+    const bool any = fits_any_timing(fp, t);
+    rows.push_back({name, any ? "yes" : row_fits ? "nominal only" : "no", format_us(t.makespan_us), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
                     format_bytes(max_peak(t)), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-", format_us(bound),
                     fmt::format("{:.1f}%", 100 * gap)});
     rows_json.push_back({{"schedule", name},
                          {"placement", placement_name(fp.placement)},
                          {"chunks_per_device", fp.chunks_per_device},
                          {"fits_budget", row_fits},
+                         {"fits_any_timing", any},
                          {"makespan_us", t.makespan_us},
                          {"bubble_ratio", t.bubble_ratio},
                          {"peak_bytes", max_peak(t)},
@@ -419,6 +466,7 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
               {"problem", problem_summary_json(p)},
               {"schedules", rows_json},
               {"outcome", outcome_name(r.outcome)},
+              {"timing", options.any_timing ? "any" : "exact"},
               {"best_fitting_family", best ? json(best->family->name) : json(nullptr)},
               {"needed_budget_bytes", r.needed_budget_bytes},
               {"search", {{"wall_s", r.stats.wall_s}, {"evaluations", r.stats.evaluations}, {"stopped_by_time", r.stats.stopped_by_time}}}};
@@ -430,6 +478,7 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
     if (fits) {
       std::printf("optimized: %s from %s; %s\n", placement_label(r.problem.placement, r.problem.chunks_per_device).c_str(),
                   r.stats.start_family.c_str(), best ? fmt::format("{:.3f}x the fastest family that fits ({})", best_makespan / r.timeline.makespan_us, best->family->name).c_str() : "no family fits");
+      std::printf("%s\n", timing_line(options, r).c_str());
       if (!a.out_path.empty()) std::printf("wrote %s\n", a.out_path.c_str());
     } else {
       std::printf("nothing found fits the budget; the best schedule found needs %s on its fullest device\n",
@@ -489,13 +538,31 @@ int main(int argc, char** argv) {
   schedule_cmd->add_option("--out,-o", out_path, "output file (default: stdout); a summary is printed when given");
   add_json(schedule_cmd);
 
-  CLI::App* simulate_cmd = app.add_subcommand("simulate", "simulate a schedule: times, bubbles, memory");
+  NoiseSpec noise;
+  noise.jitter_sigma = 0;
+  auto add_noise = [&](CLI::App* c) {
+    c->add_option("--noise", noise.jitter_sigma, "also evaluate under timing noise: per-op jitter sigma (e.g. 0.05)")
+        ->check(CLI::Range(0.0, 2.0));
+    c->add_option("--profile-error", noise.profile_sigma, "with --noise: per-stage and per-link error sigma, once per sample")
+        ->check(CLI::Range(0.0, 2.0));
+    c->add_option("--samples", noise.samples, "with --noise: samples (default 200)")->check(CLI::Range(1, 1000000));
+    c->add_option("--seed", noise.seed, "with --noise: random seed");
+  };
+  // Noise is asked for by any of its options.
+  auto noise_asked = [&](CLI::App* c) -> std::optional<NoiseSpec> {
+    if (c->count("--noise") + c->count("--profile-error") + c->count("--samples") + c->count("--seed") == 0) return std::nullopt;
+    return noise;
+  };
+
+  CLI::App* simulate_cmd = app.add_subcommand("simulate", "simulate a schedule: times, bubbles, memory (nominal and under any timing)");
   add_problem(simulate_cmd);
   simulate_cmd->add_option("--schedule,-s", schedule_path, "schedule JSON")->required();
+  add_noise(simulate_cmd);
   add_json(simulate_cmd);
 
   CLI::App* compare_cmd = app.add_subcommand("compare", "run every family on one problem and compare");
   add_problem(compare_cmd);
+  add_noise(compare_cmd);
   add_json(compare_cmd);
 
   std::string format = "json";
@@ -510,7 +577,14 @@ int main(int argc, char** argv) {
 
   OptimizeOptions opt;
   bool quiet = false;
+  std::string timing = "any";
+  auto add_timing = [&](CLI::App* c) {
+    c->add_option("--timing", timing,
+                  "any: the schedule fits under any timing (gated; the default); exact: only at the profile's timings")
+        ->check(CLI::IsMember({"any", "exact"}));
+  };
   auto add_optimizer_options = [&](CLI::App* c) {
+    add_timing(c);
     c->add_option("--time-limit", opt.time_limit_s, "optimizer seconds (the best so far is returned)")->check(CLI::Range(0.01, 1e6));
     c->add_option("--seed", opt.seed, "random seed");
     c->add_option("--threads", opt.threads, "parallel searches")->check(CLI::Range(1, 256));
@@ -527,6 +601,7 @@ int main(int argc, char** argv) {
   report_cmd->add_option("--out,-o", out_path, "output file (default: stdout)");
   report_cmd->add_option("--time-limit", opt.time_limit_s, "optimizer seconds")->check(CLI::Range(0.01, 1e6));
   report_cmd->add_option("--seed", opt.seed, "random seed");
+  add_timing(report_cmd);
 
   CLI::App* optimize_cmd = app.add_subcommand("optimize", "the fastest schedule that fits the budget, with a lower bound");
   add_problem(optimize_cmd);
@@ -553,14 +628,15 @@ int main(int argc, char** argv) {
   add_json(plan_cmd);
 
   return parse_and_run(app, argc, argv, "optpipe", [&] {
+    opt.any_timing = timing == "any";
     if (*families_cmd) return cmd_families(as_json);
     if (*problem_cmd) {
       Status st = emit(out_path, problem_to_json(default_problem()));
       return st.ok() ? kExitOk : fail(st);
     }
     if (*schedule_cmd) return cmd_schedule(problem_path, family, chunks, out_path, as_json);
-    if (*simulate_cmd) return cmd_simulate(problem_path, schedule_path, as_json);
-    if (*compare_cmd) return cmd_compare(problem_path, as_json);
+    if (*simulate_cmd) return cmd_simulate(problem_path, schedule_path, noise_asked(simulate_cmd), as_json);
+    if (*compare_cmd) return cmd_compare(problem_path, noise_asked(compare_cmd), as_json);
     if (*export_cmd) return cmd_export(problem_path, schedule_path, family, chunks, format, out_path);
     if (*report_cmd) return cmd_report(problem_path, chart_families, opt, out_path);
     if (*optimize_cmd) return cmd_optimize(problem_path, opt, quiet, as_json, out_path);

@@ -49,6 +49,7 @@ struct FamilyRun {
   FamilySchedule built;
   Timeline timeline;
   bool fits = false;  // every device's peak within its budget
+  bool fits_any_timing = false;  // ... and its worst case over every timing (any_timing.h)
 };
 std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim);
 

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "optpipe/noise.h"
 #include "optpipe/problem.h"
 #include "optpipe/simulate.h"
 
@@ -12,6 +13,9 @@ namespace optpipe {
 // busy/idle, first/last op, peak memory (bytes, time, op; worst case over timings), budget,
 // offload/reload traffic, recomputes.
 nlohmann::json timeline_json(const Problem& p, const Timeline& t);
+
+// The noise evaluation's figures (null where no sample finished).
+nlohmann::json noise_json(const NoiseSpec& spec, const NoiseReport& r);
 
 // Devices, microbatches, placement, stages, per-device budgets.
 nlohmann::json problem_summary_json(const Problem& p);

@@ -60,6 +60,10 @@ struct OptimizeOptions {
   // tighter lower bound in every placement searched. They run on the clock, so a run with
   // `exact` may differ from the next.
   bool exact = false;
+  // Return a schedule that fits under any timing (any_timing.h): the winner gets the gates that
+  // make its worst case its nominal peak, at no cost at nominal timings. False (`--timing
+  // exact`): it need only fit at the profile's timings.
+  bool any_timing = true;
 };
 
 struct OptimizeStats {
@@ -79,6 +83,9 @@ struct OptimizeStats {
   // After the search: recomputes and offloads taken out of the winner because it overflows no
   // more and ends no later without them.
   int recomputes_dropped = 0, offloads_dropped = 0;
+  // With OptimizeOptions::any_timing: the gates added to the winner (WAITs; reload anchors and
+  // `after` ops).
+  int waits_added = 0, reload_gates_added = 0;
 };
 
 struct OptimizeResult {
@@ -90,8 +97,8 @@ struct OptimizeResult {
   double lower_bound_us = 0;  // no schedule of the placements searched can be faster
                               // (makespan_lower_bound, or with `exact` the CP or MILP proof)
   double gap = 0;             // (makespan − bound) / makespan
-  // Per device: the budget the returned schedule needs (its peak) and a proven lower bound on
-  // what any schedule needs. Filled in every outcome.
+  // Per device: the budget the returned schedule needs (its peak; under any timing, its worst
+  // case) and a proven lower bound on what any schedule needs. Filled in every outcome.
   std::vector<int64_t> needed_budget_bytes;
   std::vector<int64_t> budget_lower_bound_bytes;
   OptimizeStats stats;

@@ -5,7 +5,8 @@
 // dependencies in order; reload anchors on the same device and before the backward they feed.
 // If all that holds, the schedule is simulated: a deadlock across devices is reported with the op
 // each blocked device waits to run, and a device whose memory peak exceeds its budget is reported
-// with the peak and the op that reaches it.
+// with the peak and the op that reaches it — at the problem's durations, or under the worst
+// timing the schedule allows (any_timing.h).
 //
 //   Validation v = validate(problem, schedule);
 //   if (!v.ok()) for (const Issue& i : v.issues) puts(i.message.c_str());
@@ -30,6 +31,9 @@ struct Issue {
 
 struct ValidateOptions {
   bool check_memory_budget = true;
+  // With it: also that each device fits under any timing (any_timing.h), not only at the
+  // problem's durations.
+  bool check_any_timing = true;
   SimOptions sim;
 };
 

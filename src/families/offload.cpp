@@ -4,11 +4,14 @@
 // room to spare: the offload (queued behind earlier ones on the device-to-host channel) must end
 // at least one reload time before the reload has to start, and the reload is issued when the
 // compute stream reaches the op that starts two reload times before the backward, so it lands
-// with one reload time of slack. Times come from simulating the plain interleaved schedule.
+// with one reload time of slack. Times come from simulating the plain interleaved schedule. As
+// PipeOffload's runtime waits on the copy before reusing its memory, the schedule is gated to fit
+// under any timing (any_timing.h).
 #include <algorithm>
 #include <cmath>
 
 #include "families/common.h"
+#include "optpipe/any_timing.h"
 #include "optpipe/simulate.h"
 
 namespace optpipe {
@@ -16,7 +19,10 @@ namespace optpipe {
 Result<Schedule> make_pipeoffload(const Problem& p) {
   Result<Schedule> base = make_interleaved_1f1b(p);
   if (!base.ok()) return base;
-  return Result<Schedule>::Of(add_offloads(p, base.value));
+  Schedule s = add_offloads(p, base.value);
+  SimResult sim = simulate(p, s);
+  OPTPIPE_CHECK(sim.ok(), "the PipeOffload pass produced a schedule that does not simulate: " + sim.status.message);
+  return Result<Schedule>::Of(gate_for_any_timing(p, s, sim.timeline).schedule);
 }
 
 Schedule add_offloads(const Problem& p, const Schedule& base, double reload_lead) {

@@ -71,6 +71,7 @@ std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim) {
     OPTPIPE_CHECK(v.ok(), std::string("family ") + f.name + " produced an invalid schedule: " + v.summary());
     run.timeline = std::move(v.sim.timeline);
     run.fits = fits_budget(run.built.problem, run.timeline);
+    run.fits_any_timing = sim.any_timing && fits_any_timing(run.built.problem, run.timeline);
     out.push_back(std::move(run));
   }
   return out;

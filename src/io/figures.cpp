@@ -1,5 +1,7 @@
 #include "optpipe/figures.h"
 
+#include <cmath>
+
 #include "optpipe/schedule.h"
 
 namespace optpipe {
@@ -25,6 +27,20 @@ bool fits_any_timing(const Problem& p, const Timeline& t) {
   for (int d = 0; d < p.num_devices; d++)
     if (t.devices[d].worst_peak_bytes > p.devices[d].mem_budget_bytes) return false;
   return true;
+}
+
+nlohmann::json noise_json(const NoiseSpec& spec, const NoiseReport& r) {
+  auto number = [](double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); };
+  return {{"jitter_sigma", spec.jitter_sigma},
+          {"profile_sigma", spec.profile_sigma},
+          {"samples", r.samples},
+          {"seed", spec.seed},
+          {"overflowed", r.overflowed},
+          {"stuck", r.stuck},
+          {"mean_makespan_us", number(r.mean_makespan_us)},
+          {"p50_makespan_us", number(r.p50_makespan_us)},
+          {"p95_makespan_us", number(r.p95_makespan_us)},
+          {"worst_peak_bytes", r.worst_peak_bytes}};
 }
 
 nlohmann::json timeline_json(const Problem& p, const Timeline& t) {

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "optimize/search.h"
+#include "optpipe/any_timing.h"
 #include "optpipe/simulate.h"
 
 namespace optpipe {
@@ -96,7 +97,10 @@ bool settle_transfers(const Problem& p, int max_rounds, Schedule* s) {
     int over = -1;
     for (int d = 0; d < p.num_devices && over < 0; d++)
       if (sim.timeline.devices[d].peak_bytes > p.devices[d].mem_budget_bytes) over = d;
-    if (over < 0) return true;
+    if (over < 0) {
+      *s = gate_for_any_timing(p, *s, sim.timeline).schedule;
+      return true;
+    }
     DeviceSchedule& ds = s->devices[over];
     const DeviceFigures& f = sim.timeline.devices[over];
     const Op at = f.peak_op;

@@ -225,6 +225,13 @@ Validation validate(const Problem& p, const Schedule& s, const ValidateOptions& 
         c.report(d, &f.peak_op, "device " + std::to_string(d) + ": memory peaks at " + format_bytes(f.peak_bytes) +
                                     " when " + op_name(f.peak_op) + " runs, over its budget of " +
                                     format_bytes(budget) + " by " + format_bytes(f.peak_bytes - budget));
+      else if (options.check_any_timing && options.sim.any_timing && f.worst_peak_bytes > budget)
+        c.report(d, &f.worst_peak_op,
+                 "device " + std::to_string(d) + ": fits at the profile's timings, but if offloads run late or " +
+                     "reloads start early memory can reach " + format_bytes(f.worst_peak_bytes) + " when " +
+                     op_name(f.worst_peak_op) + " runs, over its budget of " + format_bytes(budget) + " by " +
+                     format_bytes(f.worst_peak_bytes - budget) +
+                     ": the schedule needs a WAIT or a reload's `after` there (optpipe optimize adds them)");
     }
   }
   v.issues = std::move(c.issues);
