@@ -10,6 +10,7 @@
 #include "optpipe/families.h"
 #include "optpipe/figures.h"
 #include "optpipe/noise.h"
+#include "optpipe/optimize.h"
 #include "optpipe/validate.h"
 
 using namespace optpipe;
@@ -162,6 +163,42 @@ TEST(Property, NoTimingPassesTheWorstCaseAndGatingBoundsIt) {
   EXPECT_GT(schedules, 250);
   EXPECT_GT(unsafe, 20);            // the offload pass alone often counts on timing
   EXPECT_EQ(made_safe, unsafe);     // and gating always mends that
+}
+
+// The optimizer's answers under budgets that need offloads or recomputes: each fits under any
+// timing, and no timing makes it overflow.
+TEST(Property, OptimizedSchedulesNeverOverflow) {
+  std::mt19937 rng(20261202);
+  int fitted = 0, offloading = 0;
+  for (int trial = 0; trial < 16; trial++) {
+    Problem p = random_problem(rng);
+    p.host_link = {200, 200, 1};  // fast enough for offloads to pay
+    SimResult gpipe = simulate(p, build_family(*find_family("gpipe"), p).value.schedule);
+    for (int d = 0; d < p.num_devices; d++) {
+      const int64_t acts = gpipe.timeline.devices[d].peak_bytes - p.devices[d].static_bytes;
+      p.devices[d].mem_budget_bytes = p.devices[d].static_bytes + acts / 3 + 20000;
+    }
+    OptimizeOptions o;
+    o.time_limit_s = 600;
+    o.max_evaluations = 400;
+    o.seed = static_cast<uint64_t>(trial);
+    OptimizeResult r = optimize(p, o);
+    ASSERT_TRUE(r.status.ok()) << r.status.message;
+    if (r.outcome == Outcome::kInfeasible) continue;
+    const std::string what = "trial " + std::to_string(trial);
+    ASSERT_TRUE(fits_any_timing(r.problem, r.timeline)) << what;
+    for (const DeviceSchedule& ds : r.schedule.devices) offloading += !ds.offloads.empty();
+    for (int k = 0; k < 50; k++) {
+      const std::vector<double> factors = wild_factors(r.problem, rng);
+      SimResult w = simulate(r.problem, r.schedule, {.op_times = false, .any_timing = false, .duration_factors = &factors});
+      ASSERT_TRUE(w.ok()) << what << ": " << w.status.message;
+      for (int d = 0; d < r.problem.num_devices; d++)
+        ASSERT_LE(w.timeline.devices[d].peak_bytes, r.problem.devices[d].mem_budget_bytes) << what << " device " << d;
+    }
+    fitted++;
+  }
+  EXPECT_GT(fitted, 8);
+  EXPECT_GT(offloading, 4);
 }
 
 // With room to spare, the runtime's rule changes nothing; under a budget that binds, it keeps
