@@ -10,6 +10,8 @@
 #include <random>
 
 #include "optpipe/cost_model.h"
+#include "optpipe/figures.h"
+#include "optpipe/noise.h"
 #include "optpipe/families.h"
 #include "optpipe/json_io.h"
 #include "optpipe/optimize.h"
@@ -98,7 +100,14 @@ struct Row {
   double useful_work_us = 0;        // every F, B and W on every device: what any schedule must run
   int64_t evaluations = 0;
   bool stopped_by_time = false;
+  // Under any timing (any_timing.h).
+  bool optimized_any_timing = false;
+  int families_nominal_only = 0;    // families that fit at the profile's timings but not under any
+  std::string safe_family;          // fastest family that fits under any timing ("" if none)
+  // p95 makespan under per-op jitter σ = 5% and 10% (0: not measured).
+  double optimized_p95_us[2] = {0, 0}, safe_family_p95_us[2] = {0, 0};
 };
+constexpr double kNoiseSigmas[2] = {0.05, 0.10};
 
 // Idle-time cut vs the fastest fitting family. The simulator's idle time counts a recompute as
 // busy; with recompute_idle it counts as idle (work that trains nothing), so only the makespans
@@ -132,6 +141,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", options.threads, "parallel searches per instance")->check(CLI::Range(1, 256));
   app.add_option("--seed", options.seed, "random seed");
   app.add_option("--only", only, "run only the instance of this name");
+  int noise_samples = 200;
+  app.add_option("--noise-samples", noise_samples, "samples per noisy p95 (σ = 5% and 10%); 0: none")->check(CLI::Range(0, 100000));
+  std::string timing = "any";
+  app.add_option("--timing", timing, "any (the optimizer's default) or exact")->check(CLI::IsMember({"any", "exact"}));
   std::string problems_dir;
   app.add_option("--problems-out", problems_dir, "also write each instance's problem JSON into this folder (<name>.json)");
   app.add_option("--out", out_path, "write the results as JSON");
@@ -148,7 +161,9 @@ int main(int argc, char** argv) {
   if (quick) {
     options.max_evaluations = 3000;
     options.time_limit_s = 120;
+    noise_samples = std::min(noise_samples, 20);
   }
+  options.any_timing = timing == "any";
 
   std::vector<Row> rows;
   int violations = 0;
@@ -180,11 +195,15 @@ int main(int argc, char** argv) {
     const std::vector<FamilyRun> runs = run_families(p.value, {.op_times = false});
     const FamilyRun* best = fastest_fitting(runs);
     const FamilyRun* fastest = nullptr;
+    const FamilyRun* safe = nullptr;
     for (const FamilyRun& r : runs) {
       if (!r.status.ok()) continue;
       if (!fastest || r.timeline.makespan_us < fastest->timeline.makespan_us) fastest = &r;
       if (std::string(r.family->name) == "pipeoffload" && r.fits) row.pipeoffload_us = r.timeline.makespan_us;
+      row.families_nominal_only += r.fits && !r.fits_any_timing;
+      if (r.fits_any_timing && (!safe || r.timeline.makespan_us < safe->timeline.makespan_us)) safe = &r;
     }
+    if (safe) row.safe_family = safe->family->name;
     row.memory_limited = fastest && !fastest->fits;
     if (best) {
       row.baseline = best->family->name;
@@ -205,6 +224,17 @@ int main(int argc, char** argv) {
     row.evaluations = r.stats.evaluations;
     row.stopped_by_time = r.stats.stopped_by_time;
     const bool fits = r.outcome != Outcome::kInfeasible;
+    row.optimized_any_timing = fits_any_timing(r.problem, r.timeline);
+    for (int k = 0; k < 2 && noise_samples > 0; k++) {
+      const NoiseSpec spec{.jitter_sigma = kNoiseSigmas[k], .samples = noise_samples, .seed = options.seed + 1};
+      auto p95 = [&](const Problem& prob, const Schedule& s) {
+        Result<NoiseReport> n = evaluate_noise(prob, s, spec);
+        OPTPIPE_CHECK(n.ok(), n.status.message);
+        return n.value.p95_makespan_us;
+      };
+      if (fits) row.optimized_p95_us[k] = p95(r.problem, r.schedule);
+      if (safe) row.safe_family_p95_us[k] = p95(safe->built.problem, safe->built.schedule);
+    }
     std::printf("%-30s %4d %5d %-6s %-16s %11s %11s %8.1f%% %6.1f%% %5.1fs %11s\n", name.c_str(), row.devices,
                 row.microbatches, row.budget.c_str(), best ? best->family->name : "(none fits)",
                 best ? format_us(row.baseline_us).c_str() : "-", fits ? format_us(row.optimized_us).c_str() : "no fit",
@@ -219,6 +249,14 @@ int main(int argc, char** argv) {
       std::printf("  VIOLATION: optimized %s is slower than %s\n", format_us(row.optimized_us).c_str(), best->family->name);
       violations++;
     }
+    if (fits && options.any_timing && !row.optimized_any_timing) {
+      std::printf("  VIOLATION: the optimized schedule does not fit under any timing\n");
+      violations++;
+    }
+    if (row.optimized_p95_us[1] > 0 && row.safe_family_p95_us[1] > 0)
+      std::printf("  p95 at σ 5%%/10%%: optimized %s / %s, %s %s / %s\n", format_us(row.optimized_p95_us[0]).c_str(),
+                  format_us(row.optimized_p95_us[1]).c_str(), row.safe_family.c_str(),
+                  format_us(row.safe_family_p95_us[0]).c_str(), format_us(row.safe_family_p95_us[1]).c_str());
     rows.push_back(row);
   }
 
@@ -250,10 +288,37 @@ int main(int argc, char** argv) {
               max_of(vs_offload), vs_offload.size());
   std::printf("gap to the lower bound: mean %.1f%% max %.1f%%; solve time mean %.1f s max %.1f s\n", 100 * mean(gaps),
               100 * max_of(gaps), mean(walls), max_of(walls));
+  int safe_optimized = 0, fitting = 0, nominal_only_families = 0;
+  for (const Row& r : rows) {
+    fitting += r.outcome != "infeasible";
+    safe_optimized += r.outcome != "infeasible" && r.optimized_any_timing;
+    nominal_only_families += r.families_nominal_only;
+  }
+  std::printf("fits under any timing: optimized %d of %d that fit; families that fit only at the profile's timings: %d\n",
+              safe_optimized, fitting, nominal_only_families);
+  for (int k = 0; k < 2 && noise_samples > 0; k++) {
+    int measured = 0, no_worse = 0, limited = 0, limited_beats = 0;
+    std::vector<double> ratios;
+    for (const Row& r : rows) {
+      if (r.optimized_p95_us[k] <= 0 || r.safe_family_p95_us[k] <= 0) continue;
+      const double ratio = r.safe_family_p95_us[k] / r.optimized_p95_us[k];
+      measured++;
+      ratios.push_back(ratio);
+      no_worse += ratio >= 1 / 1.005;
+      if (r.memory_limited) {
+        limited++;
+        limited_beats += ratio > 1;
+      }
+    }
+    std::printf("p95 makespan at σ %.0f%% (%d samples) vs the fastest family that fits under any timing: no worse (within "
+                "0.5%%) on %d of %d; better on %d of %d memory-limited; speed-up mean %.3fx min %.3fx\n",
+                100 * kNoiseSigmas[k], noise_samples, no_worse, measured, limited_beats, limited, mean(ratios),
+                ratios.empty() ? 0 : *std::min_element(ratios.begin(), ratios.end()));
+  }
 
   if (!out_path.empty() || !csv_path.empty()) {
     json results = json::array();
-    std::string csv = "instance,devices,microbatches,budget,memory_limited,best_family,best_family_us,pipeoffload_us,outcome,optimized_us,idle_cut,lower_bound_us,gap,wall_s,evaluations,stopped_by_time,idle_cut_recompute_idle\n";
+    std::string csv = "instance,devices,microbatches,budget,memory_limited,best_family,best_family_us,pipeoffload_us,outcome,optimized_us,idle_cut,lower_bound_us,gap,wall_s,evaluations,stopped_by_time,idle_cut_recompute_idle,optimized_any_timing,families_nominal_only,safe_family,optimized_p95_5_us,safe_family_p95_5_us,optimized_p95_10_us,safe_family_p95_10_us\n";
     for (const Row& r : rows) {
       const double cut = idle_cut(r, false), work_cut = idle_cut(r, true);
       results.push_back({{"instance", r.name}, {"devices", r.devices}, {"microbatches", r.microbatches}, {"budget", r.budget},
@@ -261,13 +326,19 @@ int main(int argc, char** argv) {
                          {"pipeoffload_us", r.pipeoffload_us}, {"outcome", r.outcome}, {"optimized_us", r.optimized_us},
                          {"idle_cut", cut}, {"lower_bound_us", r.bound_us}, {"gap", r.gap}, {"wall_s", r.wall_s},
                          {"evaluations", r.evaluations}, {"stopped_by_time", r.stopped_by_time},
-                         {"idle_cut_recompute_idle", work_cut}});
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.4f},{},{:.4f},{:.2f},{},{},{:.4f}\n", r.name, r.devices, r.microbatches,
-                         r.budget, r.memory_limited, r.baseline, r.baseline_us, r.pipeoffload_us, r.outcome, r.optimized_us,
-                         cut, r.bound_us, r.gap, r.wall_s, r.evaluations, r.stopped_by_time, work_cut);
+                         {"idle_cut_recompute_idle", work_cut}, {"optimized_any_timing", r.optimized_any_timing},
+                         {"families_nominal_only", r.families_nominal_only}, {"safe_family", r.safe_family},
+                         {"optimized_p95_us", {r.optimized_p95_us[0], r.optimized_p95_us[1]}},
+                         {"safe_family_p95_us", {r.safe_family_p95_us[0], r.safe_family_p95_us[1]}}});
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.4f},{},{:.4f},{:.2f},{},{},{:.4f},{},{},{},{},{},{},{}\n", r.name, r.devices,
+                         r.microbatches, r.budget, r.memory_limited, r.baseline, r.baseline_us, r.pipeoffload_us, r.outcome,
+                         r.optimized_us, cut, r.bound_us, r.gap, r.wall_s, r.evaluations, r.stopped_by_time, work_cut,
+                         r.optimized_any_timing, r.families_nominal_only, r.safe_family, r.optimized_p95_us[0],
+                         r.safe_family_p95_us[0], r.optimized_p95_us[1], r.safe_family_p95_us[1]);
     }
     if (!out_path.empty()) {
       json doc = {{"suite", suite_path}, {"time_limit_s", options.time_limit_s}, {"threads", options.threads},
+                  {"timing", timing}, {"noise_samples", noise_samples},
                   {"seed", options.seed}, {"quick", quick}, {"results", results}};
       if (Status s = write_text_file(out_path, doc.dump(1) + "\n"); !s.ok()) std::fprintf(stderr, "bench_suite: %s\n", s.message.c_str());
     }
