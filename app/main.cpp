@@ -264,10 +264,16 @@ int cmd_report(const std::string& problem_path, const std::vector<std::string>& 
 
 // Which memory rule the answer was held to, and what holding it cost.
 std::string timing_line(const OptimizeOptions& options, const OptimizeResult& r) {
-  if (!options.any_timing) return "timing: exact — fits the budget at the profile's timings, not necessarily if they drift";
-  return fmt::format("timing: any — fits the budget under any timing ({} WAIT(s) and {} reload gate(s) added, "
-                     "no cost at the profile's timings)",
-                     r.stats.waits_added, r.stats.reload_gates_added);
+  std::string line =
+      !options.any_timing
+          ? "timing: exact — fits the budget at the profile's timings, not necessarily if they drift"
+          : fmt::format("timing: any — fits the budget under any timing ({} WAIT(s) and {} reload gate(s) added, "
+                        "no cost at the profile's timings)",
+                        r.stats.waits_added, r.stats.reload_gates_added);
+  if (options.robust_sigma > 0)
+    line += fmt::format("\nrobust: candidates scored by their p90 makespan over {} samples of per-op jitter σ {}",
+                        options.robust_samples, options.robust_sigma);
+  return line;
 }
 
 void print_progress(const Progress& g) {
@@ -307,6 +313,7 @@ int cmd_optimize(const std::string& problem_path, const OptimizeOptions& base_op
     j["needed_budget_bytes"] = r.needed_budget_bytes;
     j["budget_lower_bound_bytes"] = r.budget_lower_bound_bytes;
     j["timing"] = options.any_timing ? "any" : "exact";
+    j["robust"] = options.robust_sigma > 0 ? json{{"sigma", options.robust_sigma}, {"samples", options.robust_samples}} : json(nullptr);
     j["stats"] = {{"wall_s", r.stats.wall_s},
                   {"evaluations", r.stats.evaluations},
                   {"improvements", r.stats.improvements},
@@ -585,6 +592,12 @@ int main(int argc, char** argv) {
   };
   auto add_optimizer_options = [&](CLI::App* c) {
     add_timing(c);
+    c->add_option("--robust", opt.robust_sigma,
+                  "prefer the schedule whose makespan degrades least: score by the p90 makespan under per-op jitter of "
+                  "this sigma (e.g. 0.1)")
+        ->check(CLI::Range(0.0, 2.0));
+    c->add_option("--robust-samples", opt.robust_samples, "with --robust: samples per candidate (default 8)")
+        ->check(CLI::Range(1, 1000));
     c->add_option("--time-limit", opt.time_limit_s, "optimizer seconds (the best so far is returned)")->check(CLI::Range(0.01, 1e6));
     c->add_option("--seed", opt.seed, "random seed");
     c->add_option("--threads", opt.threads, "parallel searches")->check(CLI::Range(1, 256));

@@ -143,6 +143,10 @@ int main(int argc, char** argv) {
   app.add_option("--only", only, "run only the instance of this name");
   int noise_samples = 200;
   app.add_option("--noise-samples", noise_samples, "samples per noisy p95 (σ = 5% and 10%); 0: none")->check(CLI::Range(0, 100000));
+  app.add_option("--robust", options.robust_sigma, "optimizer: score by the p90 makespan under this jitter sigma")
+      ->check(CLI::Range(0.0, 2.0));
+  app.add_option("--robust-samples", options.robust_samples, "optimizer: samples per candidate with --robust")
+      ->check(CLI::Range(1, 1000));
   std::string timing = "any";
   app.add_option("--timing", timing, "any (the optimizer's default) or exact")->check(CLI::IsMember({"any", "exact"}));
   std::string problems_dir;
@@ -338,7 +342,8 @@ int main(int argc, char** argv) {
     }
     if (!out_path.empty()) {
       json doc = {{"suite", suite_path}, {"time_limit_s", options.time_limit_s}, {"threads", options.threads},
-                  {"timing", timing}, {"noise_samples", noise_samples},
+                  {"timing", timing}, {"noise_samples", noise_samples}, {"robust_sigma", options.robust_sigma},
+                  {"robust_samples", options.robust_samples},
                   {"seed", options.seed}, {"quick", quick}, {"results", results}};
       if (Status s = write_text_file(out_path, doc.dump(1) + "\n"); !s.ok()) std::fprintf(stderr, "bench_suite: %s\n", s.message.c_str());
     }

@@ -64,6 +64,12 @@ struct OptimizeOptions {
   // make its worst case its nominal peak, at no cost at nominal timings. False (`--timing
   // exact`): it need only fit at the profile's timings.
   bool any_timing = true;
+  // > 0: among the schedules that fit, prefer the one whose makespan degrades least when
+  // durations drift: the search scores each candidate by the p90 of its gated makespan over
+  // `robust_samples` samples of per-op jitter of this sigma (noise.h; the same samples for every
+  // candidate). Each candidate then costs robust_samples + 1 simulations.
+  double robust_sigma = 0;
+  int robust_samples = 8;
 };
 
 struct OptimizeStats {

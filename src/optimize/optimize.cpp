@@ -12,6 +12,7 @@
 #include "optpipe/any_timing.h"
 #include "optpipe/cp.h"
 #include "optpipe/milp.h"
+#include "optpipe/noise.h"
 #include "optpipe/families.h"
 #include "optpipe/figures.h"
 #include "optpipe/optimize.h"
@@ -220,6 +221,13 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     out.status = Status::Invalid("optimize: threads must be in [1, 256], time limit > 0, evaluations ≥ 0");
     return out;
   }
+  const NoiseSpec robust{.jitter_sigma = options.robust_sigma, .samples = options.robust_samples, .seed = options.seed + 1};
+  if (options.robust_sigma != 0) {
+    out.status = check_noise_spec(robust);
+    if (out.status.ok() && robust.samples > 1000)
+      out.status = Status::Invalid("optimize: robust samples must be at most 1000, got " + std::to_string(robust.samples));
+    if (!out.status.ok()) return out;
+  }
 
   // Every family that applies, then greedy schedules, each scored; then repairs of those that
   // overflow; the best first. Every family is built and checked whatever the time limit (that is
@@ -276,6 +284,22 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     placement_bounds.push_back(makespan_lower_bound(sp));
   }
   auto overall_bound = [&] { return *std::min_element(placement_bounds.begin(), placement_bounds.end()); };
+  // With robust_sigma: each placement's samples, drawn once, so every candidate meets the same.
+  std::vector<NoiseSamples> placement_noise(placement_problems.size());
+  if (options.robust_sigma > 0)
+    for (size_t k = 0; k < placement_problems.size(); k++) {
+      const NoiseSampler sampler(*placement_problems[k], robust);
+      placement_noise[k].resize(robust.samples);
+      for (int i = 0; i < robust.samples; i++) sampler.draw(i, &placement_noise[k][i]);
+    }
+  auto noise_for = [&](const Problem& sp) -> const NoiseSamples* {
+    if (options.robust_sigma <= 0) return nullptr;
+    for (size_t k = 0; k < placement_problems.size(); k++)
+      if (placement_problems[k]->placement == sp.placement && placement_problems[k]->chunks_per_device == sp.chunks_per_device)
+        return &placement_noise[k];
+    OPTPIPE_CHECK(false, "every raced start's placement has its samples");
+    return nullptr;
+  };
   double bound = overall_bound();
 
   // Each thread takes its share of those starts (thread k takes starts k, k+T, ...) and races
@@ -304,6 +328,9 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
       for (Racer& r : racers) {
         r.result.best = starts[r.start].built.schedule;
         r.result.best_score = starts[r.start].score;
+        if (const NoiseSamples* noise = noise_for(starts[r.start].built.problem))
+          OPTPIPE_CHECK(score_schedule(starts[r.start].built.problem, r.result.best, &r.result.best_score, noise),
+                        "a start must simulate");
       }
       int rounds = 1;
       while ((size_t{1} << (rounds - 1)) < racers.size()) rounds++;
@@ -322,8 +349,10 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
         int64_t slice = std::max<int64_t>(1, race_budget / rounds / static_cast<int64_t>(field.size()));
         for (int round = 0; round < rounds && !shared.stop; round++) {
           for (Racer* r : field) {
-            SearchResult more = local_search(starts[r->start].built.problem, r->result.best,
-                                             seed + static_cast<uint64_t>(r->start) * 31 + race * 7 + static_cast<uint64_t>(round), slice, shared);
+            const Problem& sp = starts[r->start].built.problem;
+            SearchResult more = local_search(sp, r->result.best,
+                                             seed + static_cast<uint64_t>(r->start) * 31 + race * 7 + static_cast<uint64_t>(round),
+                                             slice, shared, noise_for(sp));
             evaluations += more.evaluations;
             improvements += more.improvements;
             if (more.best_score < r->result.best_score) r->result = std::move(more);
@@ -378,7 +407,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // What the search's plateau walk left behind and the winner does not need (in the time the
   // search left, or as many simulations as the schedule's size allows when it did not bind).
   Tidied tidied = drop_needless(out.problem, results[win].best,
-                                std::clamp<int64_t>(static_cast<int64_t>(4e7 / std::max<size_t>(ops, 1)), 100, 5000), after(1));
+                                std::clamp<int64_t>(static_cast<int64_t>(4e7 / std::max<size_t>(ops, 1)), 100, 5000), after(1),
+                                noise_for(out.problem));
   out.schedule = std::move(tidied.schedule);
   out.stats.recomputes_dropped = tidied.recomputes_dropped;
   out.stats.offloads_dropped = tidied.offloads_dropped;

@@ -5,14 +5,16 @@
 #include <functional>
 #include <unordered_map>
 
+#include "optpipe/any_timing.h"
+#include "optpipe/noise.h"
 #include "optpipe/simulate.h"
 
 namespace optpipe {
 
-bool score_schedule(const Problem& p, const Schedule& s, Score* out) {
+bool score_schedule(const Problem& p, const Schedule& s, Score* out, const NoiseSamples* noise) {
   // Nominal memory: gate_for_any_timing() makes every schedule that fits nominally fit under any
   // timing at no cost, so the two feasibilities are one.
-  SimResult r = simulate(p, s, {.op_times = false, .any_timing = false});
+  SimResult r = simulate(p, s, {.op_times = noise != nullptr, .any_timing = false});
   if (!r.ok()) return false;
   out->overflow_bytes = 0;
   out->sum_end_us = 0;
@@ -21,6 +23,16 @@ bool score_schedule(const Problem& p, const Schedule& s, Score* out) {
     out->sum_end_us += r.timeline.devices[d].last_end_us;
   }
   out->makespan_us = r.timeline.makespan_us;
+  if (noise && out->overflow_bytes == 0) {
+    const Schedule gated = gate_for_any_timing(p, s, r.timeline).schedule;
+    std::vector<double> makespans;
+    for (const std::vector<double>& factors : *noise) {
+      SimResult n = simulate(p, gated, {.op_times = false, .any_timing = false, .duration_factors = &factors});
+      if (!n.ok()) return false;
+      makespans.push_back(n.timeline.makespan_us);
+    }
+    out->makespan_us = quantile(makespans, 0.9);
+  }
   return true;
 }
 
@@ -201,10 +213,10 @@ class Mover {
 }  // namespace
 
 Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluations,
-                     std::chrono::steady_clock::time_point deadline) {
+                     std::chrono::steady_clock::time_point deadline, const NoiseSamples* noise) {
   Tidied out{s, 0, 0};
   Score cur;
-  OPTPIPE_CHECK(score_schedule(p, s, &cur), "a schedule to tidy must simulate");
+  OPTPIPE_CHECK(score_schedule(p, s, &cur, noise), "a schedule to tidy must simulate");
   int64_t evaluations = 0;
   auto can_go_on = [&] { return evaluations < max_evaluations && std::chrono::steady_clock::now() < deadline; };
   // Keeps `change` (to device d) if the schedule then overflows no more and ends no later.
@@ -213,7 +225,7 @@ Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluation
     change(cand.devices[d]);
     Score sc;
     evaluations++;
-    if (!score_schedule(p, cand, &sc) || sc.overflow_bytes > cur.overflow_bytes || sc.makespan_us > cur.makespan_us)
+    if (!score_schedule(p, cand, &sc, noise) || sc.overflow_bytes > cur.overflow_bytes || sc.makespan_us > cur.makespan_us)
       return false;
     cur = sc;
     out.schedule = std::move(cand);
@@ -245,12 +257,12 @@ void publish_fitting(SearchShared& shared, const Score& s) {
 }  // namespace
 
 SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
-                          SearchShared& shared) {
+                          SearchShared& shared, const NoiseSamples* noise) {
   std::mt19937_64 rng(seed);
   Mover mover(p, rng);
   SearchResult out;
   out.best = start;
-  OPTPIPE_CHECK(score_schedule(p, start, &out.best_score), "the start of a search must simulate");
+  OPTPIPE_CHECK(score_schedule(p, start, &out.best_score, noise), "the start of a search must simulate");
   publish_fitting(shared, out.best_score);
   Schedule cur = start;
   Score cur_score = out.best_score;
@@ -267,7 +279,7 @@ SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed
     Score sc;
     out.evaluations++;
     shared.evaluations.fetch_add(1, std::memory_order_relaxed);
-    if (!score_schedule(p, cand, &sc)) continue;
+    if (!score_schedule(p, cand, &sc, noise)) continue;
     Score& old = history[step % kHistory];
     if (sc <= cur_score || sc <= old) {
       cur = std::move(cand);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <random>
+#include <vector>
 
 #include "optpipe/problem.h"
 #include "optpipe/schedule.h"
@@ -28,8 +29,14 @@ struct Score {
   bool operator<=(const Score& o) const { return !(o < *this); }
 };
 
-// False when the schedule deadlocks (or is otherwise not simulable).
-bool score_schedule(const Problem& p, const Schedule& s, Score* out);
+// Duration factors by op id, one vector per sample (NoiseSampler): with them a schedule is scored
+// by the p90 of its makespan over those samples, as gated to fit under any timing.
+using NoiseSamples = std::vector<std::vector<double>>;
+
+// False when the schedule deadlocks (or is otherwise not simulable). With `noise`, a schedule that
+// fits scores the p90 of its gated makespan over the samples (its overflow stays the nominal one:
+// gating makes a nominal fit a fit under any timing).
+bool score_schedule(const Problem& p, const Schedule& s, Score* out, const NoiseSamples* noise = nullptr);
 
 struct SearchResult {
   Schedule best;
@@ -69,7 +76,7 @@ struct SearchShared {
 // Improves `start` for at most max_evaluations simulated candidates, or until shared.stop is
 // set. Deterministic for a given seed when not stopped early.
 SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
-                          SearchShared& shared);
+                          SearchShared& shared, const NoiseSamples* noise = nullptr);
 
 // Takes out the recomputes, then the offloads, that the schedule does not need: each, the last
 // first, if without it the schedule overflows no more and ends no later. The search's plateau
@@ -80,6 +87,6 @@ struct Tidied {
   int recomputes_dropped = 0, offloads_dropped = 0;
 };
 Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluations,
-                     std::chrono::steady_clock::time_point deadline);
+                     std::chrono::steady_clock::time_point deadline, const NoiseSamples* noise = nullptr);
 
 }  // namespace optpipe
