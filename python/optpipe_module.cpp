@@ -14,6 +14,7 @@
 #include "optpipe/families.h"
 #include "optpipe/figures.h"
 #include "optpipe/json_io.h"
+#include "optpipe/noise.h"
 #include "optpipe/optimize.h"
 #include "optpipe/units.h"
 #include "optpipe/validate.h"
@@ -92,13 +93,17 @@ PYBIND11_MODULE(optpipe, m) {
      "The problem the cost model builds for a preset model on a cluster, e.g. (\"llama2-13b\", \"8xa100-40gb\", \"36GiB\").");
 
   m.def("optimize", [](const py::object& problem, double time_limit_s, uint64_t seed, int threads, int64_t max_evaluations,
-                       bool exact) {
+                       bool exact, const std::string& timing, double robust, int robust_samples) {
+    if (timing != "any" && timing != "exact") throw py::value_error("timing: \"any\" or \"exact\", got \"" + timing + "\"");
     OptimizeOptions o;
     o.time_limit_s = time_limit_s;
     o.seed = seed;
     o.threads = threads;
     o.max_evaluations = max_evaluations;
     o.exact = exact;
+    o.any_timing = timing == "any";
+    o.robust_sigma = robust;
+    o.robust_samples = robust_samples;
     OptimizeResult r;
     const Problem p = problem_arg(problem);
     {
@@ -118,10 +123,31 @@ PYBIND11_MODULE(optpipe, m) {
     out["best_family_makespan_us"] = r.stats.baseline_makespan_us;
     out["evaluations"] = r.stats.evaluations;
     out["wall_s"] = r.stats.wall_s;
+    out["timing"] = timing;
+    out["waits_added"] = r.stats.waits_added;
+    out["reload_gates_added"] = r.stats.reload_gates_added;
     return out;
   }, py::arg("problem") = py::none(), py::arg("time_limit_s") = 10.0, py::arg("seed") = 0, py::arg("threads") = 1,
-     py::arg("max_evaluations") = 0, py::arg("exact") = false,
-     "The fastest schedule found that fits: outcome, problem, schedule, figures, bound, gap, the best family for comparison.");
+     py::arg("max_evaluations") = 0, py::arg("exact") = false, py::arg("timing") = "any", py::arg("robust") = 0.0,
+     py::arg("robust_samples") = 8,
+     "The fastest schedule found that fits (timing=\"any\": under any timing; \"exact\": at the profile's timings): "
+     "outcome, problem, schedule, figures, bound, gap, the best family for comparison. robust=σ prefers the schedule "
+     "whose p90 makespan under that jitter is least.");
+
+  m.def("evaluate_noise", [](const py::object& problem, const py::object& schedule, double sigma, double profile_error,
+                             int samples, uint64_t seed) {
+    auto [p, s] = pair_args(problem, schedule);
+    checked(p, s, {.op_times = false});
+    const NoiseSpec spec{.jitter_sigma = sigma, .profile_sigma = profile_error, .samples = samples, .seed = seed};
+    NoiseReport r;
+    {
+      py::gil_scoped_release unlocked;
+      r = value_or_raise(evaluate_noise(p, s, spec));
+    }
+    return to_dict(noise_json(spec, r).dump());
+  }, py::arg("problem"), py::arg("schedule"), py::arg("sigma") = 0.05, py::arg("profile_error") = 0.0,
+     py::arg("samples") = 200, py::arg("seed") = 1,
+     "Makespan mean/p50/p95 under timing noise, and how many samples overflowed as planned or got stuck gated.");
 
   m.def("schedule", [](const std::string& family, const py::object& problem, int chunks) {
     const Family* f = find_family(family);

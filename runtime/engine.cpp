@@ -115,10 +115,27 @@ class Iteration {
 
   // The budget holds whatever the timing: an allocation of `bytes` (the problem's figure, as the
   // simulator counts it at the op's start) waits until frees in flight (offloads) make room.
+  // How long it held each allocation is recorded: a schedule that fits under any timing
+  // (any_timing.h) is never held here, only by its own WAITs and `after` ops.
   void allocate(int64_t bytes, const std::string& what) {
-    wait_for([&] { return live_bytes_ + bytes <= budget_bytes_; },
-             "room for " + what + " within the budget (" + std::to_string(bytes) + " bytes more)");
-    account(monotonic_us(), bytes);
+    auto room = [&] { return live_bytes_ + bytes <= budget_bytes_; };
+    const double asked_us = monotonic_us();
+    // Checked and taken under one lock: another thread may take the room a wait saw.
+    for (bool held = false;; held = true) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (room()) {
+          const double now_us = monotonic_us();
+          if (held) {
+            record_.gate_holds++;
+            record_.gate_held_us += now_us - asked_us;
+          }
+          account_locked(now_us, bytes);
+          return;
+        }
+      }
+      wait_for(room, "room for " + what + " within the budget (" + std::to_string(bytes) + " bytes more)");
+    }
   }
 
   void record(const Op& op, double start_us, double end_us) {

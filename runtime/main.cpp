@@ -279,8 +279,12 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
     rows.push_back({"device " + std::to_string(d) + " peak activations", mib(c.measured_peak_bytes[d]),
                     mib(c.predicted_peak_bytes[d]),
                     ratio(static_cast<double>(c.measured_peak_bytes[d]), static_cast<double>(c.predicted_peak_bytes[d]))});
+  for (int d = 0; d < p.num_devices; d++)
+    rows.push_back({"device " + std::to_string(d) + " memory gate held", fmt::format("{} ({}×)", ms(c.gate_held_us[d]), c.gate_holds[d]),
+                    "0 under any timing", ""});
   std::fputs(aligned_table(rows).c_str(), out);
-  std::fprintf(out, "(iteration %d of %d shown: the median after the first; peaks are the max over all iterations)\n",
+  std::fprintf(out, "(iteration %d of %d shown: the median after the first; peaks are the max over all iterations; the "
+                    "memory gate holds an allocation until frees make room, summed over all iterations)\n",
               c.shown_iteration + 1, a.iterations);
   if (a.reprofile)
     std::fprintf(out, "predicted from the ranks' profile taken just before the run; from %s: %s (measured/predicted %s)\n",
@@ -311,7 +315,9 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
               {"measured_idle_us", c.measured_idle_us},
               {"predicted_idle_us", c.predicted_idle_us},
               {"measured_peak_activation_bytes", c.measured_peak_bytes},
-              {"predicted_peak_activation_bytes", c.predicted_peak_bytes}};
+              {"predicted_peak_activation_bytes", c.predicted_peak_bytes},
+              {"gate_holds", c.gate_holds},
+              {"gate_held_us", c.gate_held_us}};
     if (a.check) j["check"] = check_json;
     Status st = emit(a.json_path, j.dump(2) + "\n");
     if (!st.ok()) return fail(st, kTool);

@@ -27,6 +27,8 @@ std::string rank_report_to_json(const RankReport& r) {
                    {"ops", ops},
                    {"memory", mem},
                    {"peak_activation_bytes", it.peak_activation_bytes},
+                   {"gate_holds", it.gate_holds},
+                   {"gate_held_us", it.gate_held_us},
                    {"loss", it.loss}});
   }
   json j = {{"rank", r.rank}, {"iterations", its}, {"checked", r.checked}, {"profile", r.profile_json}};
@@ -57,6 +59,8 @@ Result<RankReport> rank_report_from_json(const std::string& text) {
       }
       for (const json& m : it.at("memory")) rec.memory.push_back({m.at(0).get<double>(), m.at(1).get<int64_t>()});
       rec.peak_activation_bytes = it.at("peak_activation_bytes").get<int64_t>();
+      rec.gate_holds = it.at("gate_holds").get<int>();
+      rec.gate_held_us = it.at("gate_held_us").get<double>();
       rec.loss = it.at("loss").get<double>();
       r.iterations.push_back(std::move(rec));
     }
@@ -163,7 +167,13 @@ RunComparison compare_run(const Problem& p, const Schedule& s, const Timeline& p
     const int64_t static_bytes = p.devices[d].static_bytes;
     for (const MemoryEvent& m : rec.memory) t.memory[d].push_back({m.time_us - t0, static_bytes + m.bytes});
     int64_t peak = 0;
-    for (const IterationRecord& r : ranks[d].iterations) peak = std::max(peak, r.peak_activation_bytes);
+    c.gate_holds.push_back(0);
+    c.gate_held_us.push_back(0);
+    for (const IterationRecord& r : ranks[d].iterations) {
+      peak = std::max(peak, r.peak_activation_bytes);
+      c.gate_holds.back() += r.gate_holds;
+      c.gate_held_us.back() += r.gate_held_us;
+    }
     f.peak_bytes = static_bytes + peak;
     c.measured_idle_us.push_back(f.idle_us);
     c.predicted_idle_us.push_back(predicted.devices[d].idle_us);

@@ -31,6 +31,8 @@ struct IterationRecord {
   std::vector<OpRecord> ops;  // compute, offload and reload ops of this rank
   std::vector<MemoryEvent> memory;
   int64_t peak_activation_bytes = 0;
+  int gate_holds = 0;       // allocations the memory gate held until frees made room
+  double gate_held_us = 0;  // ... and for how long, summed
   double loss = 0;  // over all microbatches (every rank learns it from the last stage's rank)
 };
 struct CheckRecord {
@@ -61,6 +63,8 @@ struct RunComparison {
   double replayed_us = 0;
   std::vector<double> measured_idle_us, predicted_idle_us;  // per device, shown iteration
   std::vector<int64_t> measured_peak_bytes, predicted_peak_bytes;  // live activations, per device, max over iterations
+  std::vector<int> gate_holds;          // per device, summed over iterations: allocations the memory gate held
+  std::vector<double> gate_held_us;     // ... and for how long
   Timeline measured;  // the shown iteration, from its start; memory = static + live activations
 };
 RunComparison compare_run(const Problem& p, const Schedule& s, const Timeline& predicted,

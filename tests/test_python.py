@@ -27,7 +27,10 @@ class PythonModule(unittest.TestCase):
         self.assertAlmostEqual(figures["max_span_us"], 240000.0)
 
     def test_round_trip(self):
-        built = optpipe.schedule("pipeoffload")
+        problem = optpipe.default_problem()
+        problem["host_link"] = {"d2h_gb_per_s": 1000, "h2d_gb_per_s": 1000, "latency_us": 0}
+        built = optpipe.schedule("pipeoffload", problem)
+        self.assertTrue(any(d["offloads"] for d in built["schedule"]["devices"]))  # something to carry
         text = optpipe.schedule_to_json(built["schedule"])
         self.assertEqual(json.loads(text), built["schedule"])
         self.assertEqual(optpipe.schedule_to_json(json.loads(text)), text)
@@ -58,6 +61,8 @@ class PythonModule(unittest.TestCase):
         result = optpipe.optimize(problem, max_evaluations=2000)
         self.assertIn(result["outcome"], ("optimal", "feasible"))
         self.assertTrue(result["figures"]["fits_budget"])
+        self.assertTrue(result["figures"]["fits_any_timing"])
+        self.assertEqual(result["timing"], "any")
         self.assertLessEqual(result["lower_bound_us"], result["figures"]["makespan_us"])
         if result["best_family"]:
             self.assertLessEqual(result["figures"]["makespan_us"], result["best_family_makespan_us"] + 1e-6)
@@ -66,6 +71,27 @@ class PythonModule(unittest.TestCase):
         self.assertAlmostEqual(again["makespan_us"], result["figures"]["makespan_us"])
         with self.assertRaisesRegex(ValueError, "unknown model"):
             optpipe.preset_problem("gpt-9000", "4xh100")
+
+    def test_timing_and_noise(self):
+        # At 36 GiB llama2-13b needs offloads: held to the profile's timings only, the answer
+        # counts on them; by default it is gated, and no noisy sample overflows.
+        problem = optpipe.preset_problem("llama2-13b", "8xa100-40gb", "36GiB")
+        loose = optpipe.optimize(problem, max_evaluations=1500, timing="exact")
+        self.assertTrue(loose["figures"]["fits_budget"])
+        self.assertFalse(loose["figures"]["fits_any_timing"])
+        safe = optpipe.optimize(problem, max_evaluations=1500)
+        self.assertTrue(safe["figures"]["fits_any_timing"])
+        self.assertGreater(safe["waits_added"] + safe["reload_gates_added"], 0)
+        noisy = optpipe.evaluate_noise(safe["problem"], safe["schedule"], sigma=0.1, samples=50)
+        self.assertEqual(noisy["overflowed"], 0)
+        self.assertEqual(noisy["stuck"], 0)
+        self.assertLessEqual(noisy["p50_makespan_us"], noisy["p95_makespan_us"])
+        risky = optpipe.evaluate_noise(loose["problem"], loose["schedule"], sigma=0.1, samples=50)
+        self.assertGreater(risky["overflowed"], 0)
+        issues = optpipe.validate(loose["problem"], loose["schedule"])
+        self.assertTrue(any("if offloads run late" in i for i in issues), issues)
+        with self.assertRaisesRegex(ValueError, "sigma"):
+            optpipe.evaluate_noise(safe["problem"], safe["schedule"], sigma=-1)
 
     def test_bad_input_raises_with_the_field(self):
         problem = optpipe.default_problem()

@@ -106,6 +106,11 @@ for d, dev in enumerate(p["devices"]):
     assert dev["static_bytes"] + measured <= dev["mem_budget_bytes"], (d, measured, dev)
     assert measured >= 0.5 * predicted, (d, measured, predicted)
 PY
+python3 - "$tmp/opt_run.json" <<'PY' && echo "ok   optimized run: the memory gate never held an allocation" || fail "optimized run's gate holds"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["gate_holds"] == [0] * r["num_devices"], r["gate_holds"]
+PY
 
 # Training lowers the loss; the trace has one event per op.
 "$bin" run --problem "$tmp/problem.json" "${model[@]}" --family zb-h1 --iterations 15 --json "$tmp/train.json" \
