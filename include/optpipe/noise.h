@@ -15,7 +15,6 @@
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "optpipe/problem.h"

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "optpipe/simulate.h"
@@ -22,12 +23,45 @@ Status check_noise_spec(const NoiseSpec& spec) {
 
 NoiseSampler::NoiseSampler(const Problem& p, const NoiseSpec& spec) : p_(p), spec_(spec) {}
 
+namespace {
+
+// Standard normal draws, the same on every platform (std::normal_distribution is not): splitmix64
+// for the bits, Box–Muller for the shape. Fast enough to draw every op of a large problem per
+// sample.
+class Normal {
+ public:
+  explicit Normal(uint64_t seed) : state_(seed) {}
+  double operator()() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double u1 = (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53;  // in (0, 1)
+    const double u2 = static_cast<double>(next() >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2 * std::log(u1)), a = 2 * M_PI * u2;
+    spare_ = r * std::sin(a);
+    has_spare_ = true;
+    return r * std::cos(a);
+  }
+
+ private:
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  uint64_t state_;
+  double spare_ = 0;
+  bool has_spare_ = false;
+};
+
+}  // namespace
+
 void NoiseSampler::draw(int sample, std::vector<double>* factors) const {
   // One stream per sample: sample k draws the same numbers whatever was drawn before it.
-  std::seed_seq seq{static_cast<uint32_t>(spec_.seed), static_cast<uint32_t>(spec_.seed >> 32), static_cast<uint32_t>(sample)};
-  std::mt19937_64 rng(seq);
-  std::normal_distribution<double> z(0.0, 1.0);
-  auto lognormal = [&](double sigma) { return sigma > 0 ? std::exp(sigma * z(rng) - sigma * sigma / 2) : 1.0; };
+  Normal z(spec_.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(sample) * 0xd1b54a32d192ed03ull + 1);
+  auto lognormal = [&](double sigma) { return sigma > 0 ? std::exp(sigma * z() - sigma * sigma / 2) : 1.0; };
   const int S = p_.num_stages(), M = p_.num_microbatches;
   std::vector<double> stage_factor(S), link_factor;
   for (double& f : stage_factor) f = lognormal(spec_.profile_sigma);
@@ -42,7 +76,10 @@ void NoiseSampler::draw(int sample, std::vector<double>* factors) const {
       const double common = kind == static_cast<int>(OpKind::kOffload)  ? link_factor[2 * link]
                             : kind == static_cast<int>(OpKind::kReload) ? link_factor[2 * link + 1]
                                                                          : stage_factor[s];
-      for (int i = 0; i < M; i++) (*factors)[op_id(S, M, Op{static_cast<OpKind>(kind), s, i})] = common * lognormal(spec_.jitter_sigma);
+      for (int i = 0; i < M; i++) {
+        double& f = (*factors)[op_id(S, M, Op{static_cast<OpKind>(kind), s, i})];
+        f = kind == static_cast<int>(OpKind::kWait) ? 1.0 : common * lognormal(spec_.jitter_sigma);  // a WAIT takes no time
+      }
     }
 }
 

@@ -13,7 +13,10 @@
 
 namespace optpipe {
 
-int64_t memory_delta(const Problem& p, const Op& op, bool at_start, bool recomputed) {
+namespace {
+
+// Inlined into the simulator's memory loop; memory_delta() is the same for other callers.
+inline int64_t delta_of(const Problem& p, const Op& op, bool at_start, bool recomputed) {
   const StageSpec& st = p.stages[op.stage];
   switch (op.kind) {
     case OpKind::kF:
@@ -32,6 +35,12 @@ int64_t memory_delta(const Problem& p, const Op& op, bool at_start, bool recompu
     case OpKind::kWait: return 0;
   }
   return 0;
+}
+
+}  // namespace
+
+int64_t memory_delta(const Problem& p, const Op& op, bool at_start, bool recomputed) {
+  return delta_of(p, op, at_start, recomputed);
 }
 
 namespace {
@@ -93,9 +102,22 @@ class Sim {
   std::vector<int> stage_device_;
   std::vector<int> queue_ops_;
   std::vector<Queue> queues_;
-  std::vector<int> shared_queues_;
   std::vector<double> resource_free_us_;
   std::vector<int> worklist_;
+  struct SharedHead {
+    double start_us, ready_us;
+    int queue;
+    bool operator>(const SharedHead& o) const {
+      if (start_us != o.start_us) return start_us > o.start_us;
+      if (ready_us != o.ready_us) return ready_us > o.ready_us;
+      return queue > o.queue;
+    }
+  };
+  std::vector<SharedHead> shared_heads_;  // a min-heap (std::greater)
+  void push_shared(const SharedHead& h) {
+    shared_heads_.push_back(h);
+    std::push_heap(shared_heads_.begin(), shared_heads_.end(), std::greater<>());
+  }
   size_t num_placed_ = 0, num_ops_ = 0;
 };
 
@@ -204,7 +226,6 @@ Status Sim::build() {
         }
       }
       q.end = static_cast<int>(queue_ops_.size());
-      if (q.shared) shared_queues_.push_back(3 * d + k);
     }
   }
   num_ops_ = queue_ops_.size();
@@ -295,6 +316,7 @@ void Sim::advance(int q) {
     const double ready = ready_time(i);
     if (std::isnan(ready)) return;
     if (qu.shared) {
+      if (!(qu.candidate_ready_us == ready)) push_shared({std::max(ready, resource_free_us_[qu.resource]), ready, q});
       qu.candidate_ready_us = ready;
       return;
     }
@@ -303,18 +325,26 @@ void Sim::advance(int q) {
   }
 }
 
+// The shared heads in a heap by (start, ready, queue). A key only grows (a channel's free time
+// does), so an entry whose key is out of date goes back with the right one; the first that is up
+// to date is the earliest head.
 bool Sim::place_next_shared() {
   int best = -1;
-  double best_start = 0, best_ready = 0;
-  for (int q : shared_queues_) {
-    const Queue& qu = queues_[q];
-    if (std::isnan(qu.candidate_ready_us)) continue;
-    const double start = std::max(qu.candidate_ready_us, resource_free_us_[qu.resource]);
-    if (best < 0 || start < best_start || (start == best_start && qu.candidate_ready_us < best_ready)) {
-      best = q;
-      best_start = start;
-      best_ready = qu.candidate_ready_us;
+  double best_start = 0;
+  while (!shared_heads_.empty()) {
+    std::pop_heap(shared_heads_.begin(), shared_heads_.end(), std::greater<>());
+    const SharedHead top = shared_heads_.back();
+    shared_heads_.pop_back();
+    const Queue& qu = queues_[top.queue];
+    if (std::isnan(qu.candidate_ready_us)) continue;  // placed since
+    const SharedHead now{std::max(qu.candidate_ready_us, resource_free_us_[qu.resource]), qu.candidate_ready_us, top.queue};
+    if (now.start_us != top.start_us || now.ready_us != top.ready_us) {
+      push_shared(now);
+      continue;
     }
+    best = top.queue;
+    best_start = top.start_us;
+    break;
   }
   if (best < 0) return false;
   Queue& qu = queues_[best];
@@ -336,8 +366,8 @@ SimResult Sim::run(const Problem& p, const Schedule& s, const SimOptions& option
                                  std::to_string(num_op_ids(p)) + " op ids");
     return bad;
   }
-  shared_queues_.clear();
   worklist_.clear();
+  shared_heads_.clear();
   num_placed_ = 0;
   SimResult r;
   r.status = build();
@@ -519,7 +549,7 @@ void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
         at_start = true;
       }
       const Op op = op_of_[i];
-      bytes += memory_delta(*p_, op, at_start, recomputed(op));
+      bytes += delta_of(*p_, op, at_start, recomputed(op));
       if (bytes > f.peak_bytes) {
         f.peak_bytes = bytes;
         f.peak_time_us = best_t;
