@@ -95,7 +95,8 @@ struct OptimizeStats {
 };
 
 struct OptimizeResult {
-  Status status;  // InvalidInput for a bad problem; otherwise ok, whatever the outcome
+  Status status;  // InvalidInput for a bad problem; Infeasible when no family or greedy start
+                  // applies to it (every re-cut breaks its limits); otherwise ok, whatever the outcome
   Outcome outcome = Outcome::kInfeasible;
   Problem problem;    // the input re-cut to the schedule's placement
   Schedule schedule;  // the best found (over budget when the outcome is kInfeasible)

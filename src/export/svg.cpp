@@ -86,7 +86,11 @@ std::string schedule_svg(const Problem& p, const Schedule& s, const Timeline& t,
   const double step = nice_step(span, 10);
   o += "<line x1=\"" + fmt("%.0f", left) + "\" y1=\"" + fmt("%.1f", axis_y) + "\" x2=\"" + fmt("%.1f", width - right) +
        "\" y2=\"" + fmt("%.1f", axis_y) + "\" stroke=\"#333333\"/>\n";
-  for (double tick = 0; tick <= span + 1e-9; tick += step) {
+  // Counted, not stepped: a step too small for the span's precision (or a zero span) must not
+  // loop for ever.
+  const int ticks = step > 0 && std::isfinite(span) ? static_cast<int>(std::min(100.0, std::floor(span / step + 1e-9))) : 0;
+  for (int k = 0; k <= ticks; k++) {
+    const double tick = k * step;
     const double x = x_of(tick);
     o += "<line x1=\"" + fmt("%.2f", x) + "\" y1=\"" + fmt("%.1f", axis_y) + "\" x2=\"" + fmt("%.2f", x) + "\" y2=\"" +
          fmt("%.1f", axis_y + 4) + "\" stroke=\"#333333\"/>\n";

@@ -19,18 +19,19 @@ struct Groups {
   int largest() const { return size_small + (num_large > 0 ? 1 : 0); }
 };
 
-// The k-th virtual microbatch: which chunk and microbatch it is.
-void virtual_microbatch(int k, const Groups& groups, int v, int* chunk, int* mb) {
-  int base_mb = 0, base_k = 0;
-  int g = 0;
-  while (k >= base_k + groups.size(g) * v) {
-    base_k += groups.size(g) * v;
+// Every virtual microbatch k in order: which chunk and microbatch it is. Listed once, in one
+// pass over the groups (looked up per k, it made long pipelines quadratic).
+struct Virtual {
+  int chunk, mb;
+};
+std::vector<Virtual> virtual_microbatches(const Groups& groups, int v) {
+  std::vector<Virtual> out;
+  int base_mb = 0;
+  for (int g = 0; g < groups.count; g++) {
+    for (int r = 0; r < groups.size(g) * v; r++) out.push_back({r / groups.size(g), base_mb + r % groups.size(g)});
     base_mb += groups.size(g);
-    g++;
   }
-  const int r = k - base_k;
-  *chunk = r / groups.size(g);
-  *mb = base_mb + r % groups.size(g);
+  return out;
 }
 
 }  // namespace
@@ -42,18 +43,11 @@ Result<Schedule> make_interleaved_1f1b(const Problem& p) {
   const int D = p.num_devices, M = p.num_microbatches, v = p.chunks_per_device;
   const int total = M * v;
   const Groups groups(D, M);
+  const std::vector<Virtual> virtuals = virtual_microbatches(groups, v);
   for (int d = 0; d < D; d++) {
     std::vector<Op>& ops = s.devices[d].compute;
-    auto forward = [&](int k) {
-      int chunk, mb;
-      virtual_microbatch(k, groups, v, &chunk, &mb);
-      ops.push_back(F(chunk * D + d, mb));
-    };
-    auto backward = [&](int k) {
-      int chunk, mb;
-      virtual_microbatch(k, groups, v, &chunk, &mb);
-      ops.push_back(BW((v - 1 - chunk) * D + d, mb));
-    };
+    auto forward = [&](int k) { ops.push_back(F(virtuals[k].chunk * D + d, virtuals[k].mb)); };
+    auto backward = [&](int k) { ops.push_back(BW((v - 1 - virtuals[k].chunk) * D + d, virtuals[k].mb)); };
     const int warmup = M == D ? total : std::min(total, 2 * (D - d - 1) + (v - 1) * groups.largest());
     for (int k = 0; k < warmup; k++) forward(k);
     for (int k = 0; k + warmup < total; k++) {

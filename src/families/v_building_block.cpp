@@ -1,7 +1,9 @@
 #include "families/v_building_block.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <queue>
 #include <tuple>
 
 #include "families/common.h"
@@ -68,14 +70,15 @@ void put_w(Slots& sch, bool split) {
     }
 }
 
-// Peak live activations of one device: F +1, W −1 (an empty slot retires a pending W when the
-// W's are not placed yet).
-int peak_memory(const Slots& sch) {
+// Live activations of one device after each slot 0..last: F +1, W −1 (an empty slot retires a
+// pending W when the W's are not placed yet). `at(i, live)` is called per slot.
+template <class At>
+void memory_walk(const Slots& sch, At at) {
   const int num_types = static_cast<int>(sch.size());
   const bool has_w = num_types > 4;
   const int bound = last_slot(sch);
   std::vector<int> pos(num_types, 0);
-  int pending_w = 0, cur = 0, peak = 0;
+  int pending_w = 0, cur = 0;
   for (int i = 0; i <= bound; i++) {
     int slot;
     const int ty = next_type(sch, pos, num_types, &slot);
@@ -88,9 +91,53 @@ int peak_memory(const Slots& sch) {
       cur--;
       pending_w--;
     }
-    peak = std::max(peak, cur);
+    at(i, cur);
   }
+}
+
+int peak_memory(const Slots& sch) {
+  int peak = 0;
+  memory_walk(sch, [&](int, int live) { peak = std::max(peak, live); });
   return peak;
+}
+
+// The first free slot in [from, to) where element (ty, mb) of device schedule `sch`, now at slot
+// `to`, can go without raising the peak past `cap`; −1 if none. With the W's placed, moving an
+// element earlier shifts the curve by its ±1 on [slot, to) only, so one walk of the curve serves
+// every candidate; without them (pending W's retire in empty slots) each candidate is walked.
+int earliest_free_slot(Slots& sch, int ty, int mb, int from, int to, const std::vector<char>& occupied, int cap) {
+  if (from >= to) return -1;
+  const bool has_w = sch.size() > 4;
+  const int bound = last_slot(sch);
+  if (!has_w || to == bound) {
+    for (int pt = from; pt < to; pt++) {
+      if (occupied[pt]) continue;
+      sch[ty][mb] = pt;
+      const bool fits = peak_memory(sch) <= cap;
+      sch[ty][mb] = to;
+      if (fits) return pt;
+    }
+    return -1;
+  }
+  std::vector<int> curve(bound + 1);
+  memory_walk(sch, [&](int i, int live) { curve[i] = live; });
+  const int delta = ty <= 1 ? 1 : ty >= 4 ? -1 : 0;
+  std::vector<int> before(bound + 1), window(to - from);  // max of curve[0..i]; of curve[pt..to)
+  for (int i = 0; i <= bound; i++) before[i] = std::max(i > 0 ? before[i - 1] : curve[0], curve[i]);
+  int after = curve[to];  // max of curve[to..bound]
+  for (int i = to; i <= bound; i++) after = std::max(after, curve[i]);
+  for (int pt = to - 1; pt >= from; pt--) window[pt - from] = std::max(pt + 1 < to ? window[pt + 1 - from] : curve[pt], curve[pt]);
+  for (int pt = from; pt < to; pt++) {
+    if (occupied[pt]) continue;
+    const int peak = std::max({0, pt > 0 ? before[pt - 1] : 0, window[pt - from] + delta, after});
+#ifdef OPTPIPE_CHECK_FAST_PEAK
+    sch[ty][mb] = pt;
+    OPTPIPE_CHECK(peak == peak_memory(sch), "fast peak " + std::to_string(peak) + " vs " + std::to_string(peak_memory(sch)));
+    sch[ty][mb] = to;
+#endif
+    if (peak <= cap) return pt;
+  }
+  return -1;
 }
 
 struct Key {
@@ -98,25 +145,26 @@ struct Key {
   bool operator<(const Key& o) const {
     return std::tie(slot, device, type, mb) < std::tie(o.slot, o.device, o.type, o.mb);
   }
+  bool operator>(const Key& o) const { return o < *this; }
 };
 
-// Walks every element in (slot, device, type, mb) order, calling visit(device, type, mb).
+// Walks every element in (slot, device, type, mb) order, calling visit(device, type, mb): a
+// merge of the (device, type) lists, each in its own order, through a heap of their heads.
 template <class Visit>
 void walk(const AllSlots& sr, Visit visit) {
   const int S = static_cast<int>(sr.size());
   const int nt = static_cast<int>(sr[0].size());
-  std::vector<std::vector<int>> pos(S, std::vector<int>(nt, 0));
-  for (;;) {
-    Key best{kNone, 0, 0, 0};
-    for (int d = 0; d < S; d++)
-      for (int t = 0; t < nt; t++)
-        if (pos[d][t] < static_cast<int>(sr[d][t].size())) {
-          Key k{sr[d][t][pos[d][t]], d, t, pos[d][t]};
-          if (k < best) best = k;
-        }
-    if (best.slot == kNone) return;
-    pos[best.device][best.type]++;
-    visit(best.device, best.type, best.mb);
+  std::priority_queue<Key, std::vector<Key>, std::greater<>> heads;
+  auto push = [&](int d, int t, int m) {
+    if (m < static_cast<int>(sr[d][t].size())) heads.push(Key{sr[d][t][m], d, t, m});
+  };
+  for (int d = 0; d < S; d++)
+    for (int t = 0; t < nt; t++) push(d, t, 0);
+  while (!heads.empty()) {
+    const Key k = heads.top();
+    heads.pop();
+    push(k.device, k.type, k.mb + 1);
+    visit(k.device, k.type, k.mb);
   }
 }
 
@@ -186,16 +234,8 @@ AllSlots reorder(AllSlots sr, bool consider_w) {
     }
     if (mb > 0) dep = std::max(dep, sr[d][ty][mb - 1]);
     dep++;
-    bool moved = false;
-    for (int pt = dep; pt < tm; pt++) {
-      if (occupied[d][pt]) continue;
-      sr[d][ty][mb] = pt;
-      if (peak_memory(sr[d]) <= cur_peak) {
-        moved = true;
-        break;
-      }
-    }
-    if (!moved) sr[d][ty][mb] = tm;
+    const int pt = earliest_free_slot(sr[d], ty, mb, dep, tm, occupied[d], cur_peak);
+    sr[d][ty][mb] = pt >= 0 ? pt : tm;
     occupied[d][sr[d][ty][mb]] = 1;
   }
   if (!consider_w)

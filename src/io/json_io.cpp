@@ -15,6 +15,20 @@ using json = nlohmann::json;
 
 const char* type_name(const json& j) { return j.type_name(); }
 
+// A value as an error message quotes it: scalars as written, at most ~80 characters; containers
+// by their type only (never serialized: input may nest deeply or run to megabytes).
+std::string brief(const json& v) {
+  constexpr size_t kMax = 80;
+  if (v.is_object() || v.is_array()) return std::string("an ") + type_name(v);
+  if (v.is_string()) {
+    const std::string& text = v.get_ref<const std::string&>();
+    if (text.size() <= kMax) return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+    return json(text.substr(0, kMax)).dump(-1, ' ', false, json::error_handler_t::replace) + "… (" +
+           std::to_string(text.size()) + " bytes)";
+  }
+  return v.dump();
+}
+
 // A JSON integer (or an integral float) that fits int64; false for anything else.
 bool to_int64(const json& v, int64_t* out) {
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return false;
@@ -64,8 +78,8 @@ class Reader {
   void integer(const char* key, int64_t* out, bool required) {
     const json* v = get(key, required);
     if (!v || to_int64(*v, out)) return;
-    if (v->is_number_unsigned()) return fail(field(key), "is out of range, got " + v->dump());
-    fail(field(key), std::string("expected an integer, got ") + (v->is_number() ? v->dump() : type_name(*v)));
+    if (v->is_number_unsigned()) return fail(field(key), "is out of range, got " + brief(*v));
+    fail(field(key), std::string("expected an integer, got ") + (v->is_number() ? brief(*v) : type_name(*v)));
   }
 
   void integer(const char* key, int* out, bool required) {
@@ -110,11 +124,39 @@ class Reader {
   std::set<std::string> seen_;
 };
 
+// Nothing optpipe reads nests deeper than a few levels; deeper input is refused before parsing,
+// so no recursive walk over it (copy, destruction, messages) can exhaust the stack.
+constexpr int kMaxJsonDepth = 64;
+
+bool nests_too_deep(const std::string& text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return true;
+    } else if (c == ']' || c == '}') {
+      depth--;
+    }
+  }
+  return false;
+}
+
 Result<json> parse(const std::string& text, const char* what) {
+  if (nests_too_deep(text))
+    return Result<json>::Error(Status::Invalid(std::string("malformed JSON in ") + what + ": nested deeper than " +
+                                               std::to_string(kMaxJsonDepth) + " levels"));
   try {
     return Result<json>::Of(json::parse(text));
   } catch (const json::exception& e) {  // parse errors and number overflow
-    return Result<json>::Error(Status::Invalid(std::string("malformed JSON in ") + what + ": " + e.what()));
+    std::string why = e.what();  // it quotes the token read last, which may be long
+    if (why.size() > 240) why = why.substr(0, 240) + "…";
+    return Result<json>::Error(Status::Invalid(std::string("malformed JSON in ") + what + ": " + why));
   }
 }
 
@@ -248,7 +290,7 @@ Result<Schedule> schedule_from_json(const std::string& text) {
     if (!err.ok()) return;
     if (!v.is_string() || !parse_op_name(v.get<std::string>(), out))
       err = Status::Invalid(where + ": expected an op such as \"F3 s1\" (kinds F, B, W, BW, R, OFFLOAD, RELOAD, WAIT), got " +
-                            v.dump());
+                            brief(v));
   };
   read_placement(r, &s.placement, &s.chunks_per_device);
   if (const json* devices = r.array("devices", true)) {
@@ -348,7 +390,7 @@ Status apply_profile(const std::string& profile_json, Problem* p) {
                                  std::to_string(statics->size()));
     for (size_t d = 0; d < statics->size() && err.ok(); d++) {
       if (!to_int64((*statics)[d], &q.devices[d].static_bytes))
-        r.fail("static_bytes[" + std::to_string(d) + "]", "expected an integer in range, got " + (*statics)[d].dump());
+        r.fail("static_bytes[" + std::to_string(d) + "]", "expected an integer in range, got " + brief((*statics)[d]));
     }
   }
   r.finish();

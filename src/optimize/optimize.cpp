@@ -247,8 +247,14 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   for (FamilyRun& run : runs)
     if (run.status.ok()) add_start(run.family->name, std::move(run.built), deadline, &starts);
   bool out_of_time = Clock::now() > deadline;
-  OPTPIPE_CHECK(!starts.empty(), "at least 1f1b applies to every problem");
   if (!out_of_time) add_greedy_starts(p, after(0.25), &out_of_time, &starts);
+  if (starts.empty()) {  // every placement's re-cut of this problem breaks its limits
+    std::string why;
+    for (const FamilyRun& run : runs)
+      if (!run.status.ok() && why.find(run.status.message) == std::string::npos) why += "\n  " + run.status.message;
+    out.status = Status::Infeasible("no schedule family and no greedy schedule applies to this problem:" + why);
+    return out;
+  }
   add_repaired_starts(deadline, &out_of_time, &starts);
   out.stats.stopped_by_time = out_of_time;
   std::stable_sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) { return a.score < b.score; });

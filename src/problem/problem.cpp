@@ -1,5 +1,7 @@
 #include "optpipe/problem.h"
 
+#include "optpipe/schedule.h"  // kNumOpKinds: op ids per stage and microbatch
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -90,10 +92,10 @@ Status check_problem(const Problem& p) {
     return bad("chunks_per_device", "must be 1 with placement \"linear\"", std::to_string(p.chunks_per_device));
   if (p.placement == Placement::kVShape && p.chunks_per_device != 2)
     return bad("chunks_per_device", "must be 2 with placement \"vshape\"", std::to_string(p.chunks_per_device));
-  const long ids = 7L * p.num_stages() * p.num_microbatches;
+  const long ids = static_cast<long>(kNumOpKinds) * p.num_stages() * p.num_microbatches;
   if (ids > kMaxOpIds)
-    return Status::Invalid("problem too large: 7 × stages × microbatches = " + std::to_string(ids) + " exceeds " +
-                           std::to_string(kMaxOpIds));
+    return Status::Invalid("problem too large: " + std::to_string(kNumOpKinds) + " op kinds × stages × microbatches = " +
+                           std::to_string(ids) + " exceeds " + std::to_string(kMaxOpIds));
   Status st;
   if (!(st = check_time("t_comm_us", p.t_comm_us)).ok()) return st;
 
@@ -148,6 +150,17 @@ Status check_problem(const Problem& p) {
   if (!std::isfinite(h.h2d_gb_per_s) || h.h2d_gb_per_s <= 0 || h.h2d_gb_per_s > 1e6)
     return bad("host_link.h2d_gb_per_s", "must be in (0, 1e6]", num(h.h2d_gb_per_s));
   if (!(st = check_time("host_link.latency_us", h.latency_us)).ok()) return st;
+  // Derived durations must be as bounded as given ones: a tiny bandwidth makes a transfer last
+  // forever.
+  for (int s = 0; s < S; s++) {
+    const double off = p.offload_us(s), rel = p.reload_us(s);
+    if (!(std::isfinite(off) && off <= kMaxTimeUs))
+      return bad("host_link.d2h_gb_per_s", "too slow: offloading stages[" + std::to_string(s) + "]'s " +
+                 std::to_string(p.stages[s].act_f_bytes) + " bytes would take more than 1e12 µs", num(h.d2h_gb_per_s));
+    if (!(std::isfinite(rel) && rel <= kMaxTimeUs))
+      return bad("host_link.h2d_gb_per_s", "too slow: reloading stages[" + std::to_string(s) + "]'s " +
+                 std::to_string(p.stages[s].act_f_bytes) + " bytes would take more than 1e12 µs", num(h.h2d_gb_per_s));
+  }
   return Status::Ok();
 }
 
