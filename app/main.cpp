@@ -397,8 +397,8 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
   plan.num_microbatches = a.microbatches;
   plan.microbatch_size = a.microbatch_size;
   plan.partition = a.partition == "uniform" ? Partition::kUniform : Partition::kBalanced;
-  if (!a.budget.empty() && !parse_bytes(a.budget, &plan.mem_budget_bytes))
-    return fail(Status::Invalid("--budget: expected a size such as 60GiB, got \"" + a.budget + "\""));
+  if (!a.budget.empty() && (!parse_bytes(a.budget, &plan.mem_budget_bytes) || plan.mem_budget_bytes <= 0))
+    return fail(Status::Invalid("--budget: expected a positive size such as 60GiB, got \"" + a.budget + "\""));
   Result<Problem> problem = build_problem(model_spec, cluster.value, plan);
   if (!problem.ok()) return fail(problem.status);
   if (!a.profile_path.empty()) {
@@ -553,7 +553,7 @@ int main(int argc, char** argv) {
     c->add_option("--profile-error", noise.profile_sigma, "with --noise: per-stage and per-link error sigma, once per sample")
         ->check(CLI::Range(0.0, 2.0));
     c->add_option("--samples", noise.samples, "with --noise: samples (default 200)")->check(CLI::Range(1, 1000000));
-    c->add_option("--seed", noise.seed, "with --noise: random seed");
+    c->add_option("--seed", noise.seed, "with --noise: random seed")->check(kNoMinus);
   };
   // Noise is asked for by any of its options.
   auto noise_asked = [&](CLI::App* c) -> std::optional<NoiseSpec> {
@@ -599,7 +599,7 @@ int main(int argc, char** argv) {
     c->add_option("--robust-samples", opt.robust_samples, "with --robust: samples per candidate (default 8)")
         ->check(CLI::Range(1, 1000));
     c->add_option("--time-limit", opt.time_limit_s, "optimizer seconds (the best so far is returned)")->check(CLI::Range(0.01, 1e6));
-    c->add_option("--seed", opt.seed, "random seed");
+    c->add_option("--seed", opt.seed, "random seed")->check(kNoMinus);
     c->add_option("--threads", opt.threads, "parallel searches")->check(CLI::Range(1, 256));
     c->add_flag("--quiet,-q", quiet, "no progress on stderr");
     c->add_flag("--exact", opt.exact, "then the exact models (CP on Gecode, MILP on CBC; small problems): a better schedule or a tighter bound");
@@ -613,7 +613,7 @@ int main(int argc, char** argv) {
   report_cmd->add_option("--chart", chart_families, "also chart these families (default: 1f1b)");
   report_cmd->add_option("--out,-o", out_path, "output file (default: stdout)");
   report_cmd->add_option("--time-limit", opt.time_limit_s, "optimizer seconds")->check(CLI::Range(0.01, 1e6));
-  report_cmd->add_option("--seed", opt.seed, "random seed");
+  report_cmd->add_option("--seed", opt.seed, "random seed")->check(kNoMinus);
   add_timing(report_cmd);
 
   CLI::App* optimize_cmd = app.add_subcommand("optimize", "the fastest schedule that fits the budget, with a lower bound");

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -139,7 +140,8 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "the suite's quick instances, a small fixed search budget, invariants asserted");
   app.add_option("--time-limit", options.time_limit_s, "seconds per instance")->check(CLI::Range(0.01, 1e6));
   app.add_option("--threads", options.threads, "parallel searches per instance")->check(CLI::Range(1, 256));
-  app.add_option("--seed", options.seed, "random seed");
+  app.add_option("--seed", options.seed, "random seed")
+      ->check(CLI::Validator([](std::string& t) { return t.find('-') == std::string::npos ? "" : "must not be negative"; }, "UINT"));
   app.add_option("--only", only, "run only the instance of this name");
   int noise_samples = 200;
   app.add_option("--noise-samples", noise_samples, "samples per noisy p95 (σ = 5% and 10%); 0: none")->check(CLI::Range(0, 100000));
@@ -161,6 +163,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   const json suite = json::parse(text.value);
+  if (!problems_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(problems_dir, ec);
+    if (ec) {
+      std::fprintf(stderr, "bench_suite: cannot create %s: %s\n", problems_dir.c_str(), ec.message().c_str());
+      return 1;
+    }
+  }
   std::vector<std::string> quick_names = suite.value("quick", std::vector<std::string>{});
   if (quick) {
     options.max_evaluations = 3000;

@@ -361,3 +361,20 @@ TEST(Cp, ZeroLengthOpsOnTheGridKeepTheirOrder) {
   ASSERT_TRUE(cp.status.ok()) << cp.status.message;
   EXPECT_TRUE(validate(v.value, cp.schedule).ok());
 }
+
+// The lower bound on a model's binaries, checked before building, never exceeds what a model has.
+TEST(Milp, MinBinariesIsALowerBound) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 6; trial++) {
+    Problem p = tiny_problem(rng, 2 + trial % 3);
+    for (bool memory : {false, true}) {
+      Result<MilpModel> m = build_milp(p, {.memory = memory});
+      ASSERT_TRUE(m.ok()) << m.status.message;
+      EXPECT_LE(milp_min_binaries(p), m.value.num_binaries()) << "trial " << trial;
+    }
+  }
+  UniformSpec u;
+  u.num_devices = 16;
+  u.num_microbatches = 128;
+  EXPECT_GT(milp_min_binaries(make_uniform_problem(u)), 100000u);  // refused without building
+}

@@ -75,6 +75,11 @@ struct MilpModel {
 
 Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options);
 
+// Order binaries any model of p has, from the problem alone: on each stage, a forward and the
+// backward of an earlier microbatch are ordered by nothing, so each such pair needs one — a
+// lower bound to check before building a model that could run to millions of binaries.
+size_t milp_min_binaries(const Problem& p);
+
 struct MilpSolution {
   Status status;  // InvalidInput: no solution found (infeasible, or none within the limit)
   bool proven_optimal = false;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -413,6 +414,9 @@ std::string profile_to_json(const Problem& p) {
 }
 
 Result<std::string> read_text_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return Result<std::string>::Error(Status::Invalid("cannot read " + path + ": it is a directory"));
   std::ifstream in(path, std::ios::binary);
   if (!in) return Result<std::string>::Error(Status::Invalid("cannot read " + path));
   std::stringstream ss;

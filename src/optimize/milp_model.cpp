@@ -10,6 +10,11 @@ namespace optpipe {
 // simulator has both allocations.
 constexpr double kTieUs = 1e-3;
 
+size_t milp_min_binaries(const Problem& p) {
+  const size_t M = static_cast<size_t>(p.num_microbatches);
+  return static_cast<size_t>(p.num_stages()) * (M * (M - 1) / 2);
+}
+
 size_t MilpModel::num_binaries() const { return static_cast<size_t>(std::count(col_integer.begin(), col_integer.end(), 1)); }
 
 Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {

@@ -3,6 +3,7 @@
 // and simulated once more for the report.
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <set>
 #include <thread>
 
@@ -187,7 +188,10 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
   consider(cp.status, cp.schedule, " +cp");
   const MilpOptions budgeted{
       .memory = true, .time_limit_s = share, .threads = options.threads, .recompute = true, .offload = true};
-  Result<MilpModel> model = build_milp(out->problem, budgeted);
+  // Sized from the problem before anything is built: a model can run to millions of binaries.
+  Result<MilpModel> model = milp_min_binaries(out->problem) <= kMaxExactBinaries
+                                ? build_milp(out->problem, budgeted)
+                                : Result<MilpModel>::Error(Status::Invalid("too large for the MILP"));
   if (model.ok() && model.value.num_binaries() <= kMaxExactBinaries) {
     MilpSolution sol = solve_milp(out->problem, model.value, budgeted, &out->schedule);
     out->stats.exact_solves++;
@@ -201,6 +205,7 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
     out->stats.exact_nodes += relaxed.nodes;
     if (relaxed.bound_us > (*bounds)[k]) (*bounds)[k] = relaxed.bound_us;
     if (relaxed.proven_optimal) continue;
+    if (milp_min_binaries(pk) > kMaxExactBinaries) continue;
     Result<MilpModel> m = build_milp(pk, {.memory = false});
     if (!m.ok() || m.value.num_binaries() > kMaxExactBinaries) continue;
     MilpSolution sol = solve_milp(pk, m.value, {.memory = false, .time_limit_s = share, .threads = options.threads}, nullptr);
@@ -321,65 +326,76 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   std::atomic<int> finished{0};
   std::vector<SearchResult> results(threads);
   std::vector<int> result_start(threads, 0);
-  std::vector<std::thread> workers;
-  for (int k = 0; k < threads; k++) {
-    workers.emplace_back([&, k] {
-      struct Racer {
-        int start;
-        SearchResult result;
-      };
-      std::vector<Racer> racers;
-      for (int i = k; i < num_searches; i += threads) racers.push_back({i, {}});
-      if (racers.empty()) racers.push_back({0, {}});
-      for (Racer& r : racers) {
-        r.result.best = starts[r.start].built.schedule;
-        r.result.best_score = starts[r.start].score;
-        if (const NoiseSamples* noise = noise_for(starts[r.start].built.problem))
-          OPTPIPE_CHECK(score_schedule(starts[r.start].built.problem, r.result.best, &r.result.best_score, noise),
-                        "a start must simulate");
-      }
-      int rounds = 1;
-      while ((size_t{1} << (rounds - 1)) < racers.size()) rounds++;
-      int64_t evaluations = 0, improvements = 0;
-      const uint64_t seed = options.seed * 1000003 + static_cast<uint64_t>(k) * 7919;
-      // One race spends the budget; without a budget of its own (and with no exact models to
-      // leave time for) the search races again with twice the budget, every start going on from
-      // where it stood, until the time limit or a proven optimum stops it. A start dropped early
-      // gets a longer look in the next race. Then the first race is small, so that several fit
-      // in the limit.
-      int64_t race_budget = until_time ? std::max<int64_t>(1, budget / 8) : budget;
-      for (uint64_t race = 0; race == 0 || (until_time && !shared.stop); race++, race_budget *= 2) {
-        std::vector<Racer*> field;
-        for (Racer& r : racers) field.push_back(&r);
-        // Each round spends about the same share: n searches × slice, then n/2 × 2·slice, ...
-        int64_t slice = std::max<int64_t>(1, race_budget / rounds / static_cast<int64_t>(field.size()));
-        for (int round = 0; round < rounds && !shared.stop; round++) {
-          for (Racer* r : field) {
-            const Problem& sp = starts[r->start].built.problem;
-            SearchResult more = local_search(sp, r->result.best,
-                                             seed + static_cast<uint64_t>(r->start) * 31 + race * 7 + static_cast<uint64_t>(round),
-                                             slice, shared, noise_for(sp));
-            evaluations += more.evaluations;
-            improvements += more.improvements;
-            if (more.best_score < r->result.best_score) r->result = std::move(more);
-          }
-          // Ties keep the earlier (better-scored) start, so the race does not depend on timing.
-          std::stable_sort(field.begin(), field.end(),
-                           [](const Racer* a, const Racer* b) { return a->result.best_score < b->result.best_score; });
-          field.resize((field.size() + 1) / 2);
-          slice *= 2;
+  // Thread k's share of the starts, raced. An exception in it (a broken invariant, memory) stops
+  // the others and is rethrown here once every thread has joined: an internal error with its
+  // message, never a silent terminate.
+  auto race = [&](int k) {
+    struct Racer {
+      int start;
+      SearchResult result;
+    };
+    std::vector<Racer> racers;
+    for (int i = k; i < num_searches; i += threads) racers.push_back({i, {}});
+    if (racers.empty()) racers.push_back({0, {}});
+    for (Racer& r : racers) {
+      r.result.best = starts[r.start].built.schedule;
+      r.result.best_score = starts[r.start].score;
+      if (const NoiseSamples* noise = noise_for(starts[r.start].built.problem))
+        OPTPIPE_CHECK(score_schedule(starts[r.start].built.problem, r.result.best, &r.result.best_score, noise),
+                      "a start must simulate");
+    }
+    int rounds = 1;
+    while ((size_t{1} << (rounds - 1)) < racers.size()) rounds++;
+    int64_t evaluations = 0, improvements = 0;
+    const uint64_t seed = options.seed * 1000003 + static_cast<uint64_t>(k) * 7919;
+    // One race spends the budget; without a budget of its own (and with no exact models to
+    // leave time for) the search races again with twice the budget, every start going on from
+    // where it stood, until the time limit or a proven optimum stops it. A start dropped early
+    // gets a longer look in the next race. Then the first race is small, so that several fit
+    // in the limit.
+    int64_t race_budget = until_time ? std::max<int64_t>(1, budget / 8) : budget;
+    for (uint64_t race = 0; race == 0 || (until_time && !shared.stop); race++, race_budget *= 2) {
+      std::vector<Racer*> field;
+      for (Racer& r : racers) field.push_back(&r);
+      // Each round spends about the same share: n searches × slice, then n/2 × 2·slice, ...
+      int64_t slice = std::max<int64_t>(1, race_budget / rounds / static_cast<int64_t>(field.size()));
+      for (int round = 0; round < rounds && !shared.stop; round++) {
+        for (Racer* r : field) {
+          const Problem& sp = starts[r->start].built.problem;
+          SearchResult more = local_search(sp, r->result.best,
+                                           seed + static_cast<uint64_t>(r->start) * 31 + race * 7 + static_cast<uint64_t>(round),
+                                           slice, shared, noise_for(sp));
+          evaluations += more.evaluations;
+          improvements += more.improvements;
+          if (more.best_score < r->result.best_score) r->result = std::move(more);
         }
+        // Ties keep the earlier (better-scored) start, so the race does not depend on timing.
+        std::stable_sort(field.begin(), field.end(),
+                         [](const Racer* a, const Racer* b) { return a->result.best_score < b->result.best_score; });
+        field.resize((field.size() + 1) / 2);
+        slice *= 2;
       }
-      const Racer& won = *std::min_element(racers.begin(), racers.end(), [](const Racer& a, const Racer& b) {
-        return a.result.best_score < b.result.best_score;
-      });
-      results[k] = won.result;
-      results[k].evaluations = evaluations;
-      results[k].improvements = improvements;
-      result_start[k] = won.start;
+    }
+    const Racer& won = *std::min_element(racers.begin(), racers.end(), [](const Racer& a, const Racer& b) {
+      return a.result.best_score < b.result.best_score;
+    });
+    results[k] = won.result;
+    results[k].evaluations = evaluations;
+    results[k].improvements = improvements;
+    result_start[k] = won.start;
+  };
+  std::vector<std::exception_ptr> failures(threads);
+  std::vector<std::thread> workers;
+  for (int k = 0; k < threads; k++)
+    workers.emplace_back([&, k] {
+      try {
+        race(k);
+      } catch (...) {
+        failures[k] = std::current_exception();
+        shared.stop = true;
+      }
       finished++;
     });
-  }
   double last_progress = -1;
   while (finished.load() < threads) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -396,6 +412,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     }
   }
   for (std::thread& w : workers) w.join();
+  for (const std::exception_ptr& e : failures)
+    if (e) std::rethrow_exception(e);
 
   // The best search wins; ties go to the lower thread, so the answer does not depend on timing.
   int win = 0;
