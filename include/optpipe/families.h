@@ -11,6 +11,7 @@
 //   }
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -51,7 +52,10 @@ struct FamilyRun {
   bool fits = false;  // every device's peak within its budget
   bool fits_any_timing = false;  // ... and its worst case over every timing (any_timing.h)
 };
-std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim);
+// Every family, built, validated and simulated. A family not started by `deadline` comes back
+// with a status saying so.
+std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
+                                    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 // The fastest run that fits, or nullptr.
 const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs);

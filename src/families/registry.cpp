@@ -55,11 +55,16 @@ Result<FamilySchedule> build_family(const Family& f, const Problem& p, int chunk
   return Result<FamilySchedule>::Of(std::move(out));
 }
 
-std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim) {
+std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim, std::chrono::steady_clock::time_point deadline) {
   std::vector<FamilyRun> out;
   for (const Family& f : families()) {
     FamilyRun run;
     run.family = &f;
+    if (std::chrono::steady_clock::now() > deadline) {
+      run.status = Status::Invalid(std::string(f.name) + ": not built, the time limit had passed");
+      out.push_back(std::move(run));
+      continue;
+    }
     Result<FamilySchedule> fs = build_family(f, p);
     if (!fs.ok()) {
       run.status = fs.status;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <tuple>
 
@@ -101,15 +102,68 @@ int peak_memory(const Slots& sch) {
   return peak;
 }
 
+// A device's memory curve (live activations after each slot) under range adds, with range
+// maxima: a segment tree with lazy adds.
+class CurveTree {
+ public:
+  explicit CurveTree(const std::vector<int>& curve) : n_(static_cast<int>(curve.size())), max_(4 * n_), add_(4 * n_, 0) {
+    build(1, 0, n_ - 1, curve);
+  }
+  void add(int l, int r, int v) { update(1, 0, n_ - 1, l, r, v); }
+  int max(int l, int r) const { return l > r ? std::numeric_limits<int>::min() : query(1, 0, n_ - 1, l, r); }
+  int at(int i) const { return max(i, i); }
+
+ private:
+  void build(int x, int lo, int hi, const std::vector<int>& c) {
+    if (lo == hi) {
+      max_[x] = c[lo];
+      return;
+    }
+    const int mid = (lo + hi) / 2;
+    build(2 * x, lo, mid, c);
+    build(2 * x + 1, mid + 1, hi, c);
+    max_[x] = std::max(max_[2 * x], max_[2 * x + 1]);
+  }
+  void update(int x, int lo, int hi, int l, int r, int v) {
+    if (r < lo || hi < l) return;
+    if (l <= lo && hi <= r) {
+      max_[x] += v;
+      add_[x] += v;
+      return;
+    }
+    const int mid = (lo + hi) / 2;
+    update(2 * x, lo, mid, l, r, v);
+    update(2 * x + 1, mid + 1, hi, l, r, v);
+    max_[x] = std::max(max_[2 * x], max_[2 * x + 1]) + add_[x];
+  }
+  int query(int x, int lo, int hi, int l, int r) const {
+    if (r < lo || hi < l) return std::numeric_limits<int>::min();
+    if (l <= lo && hi <= r) return max_[x];
+    const int mid = (lo + hi) / 2;
+    return std::max(query(2 * x, lo, mid, l, r), query(2 * x + 1, mid + 1, hi, l, r)) + add_[x];
+  }
+  int n_;
+  std::vector<int> max_, add_;
+};
+
+CurveTree curve_tree(const Slots& sch) {
+  std::vector<int> curve(last_slot(sch) + 1);
+  memory_walk(sch, [&](int i, int live) { curve[i] = live; });
+  return CurveTree(curve);
+}
+
 // The first free slot in [from, to) where element (ty, mb) of device schedule `sch`, now at slot
 // `to`, can go without raising the peak past `cap`; −1 if none. With the W's placed, moving an
-// element earlier shifts the curve by its ±1 on [slot, to) only, so one walk of the curve serves
-// every candidate; without them (pending W's retire in empty slots) each candidate is walked.
-int earliest_free_slot(Slots& sch, int ty, int mb, int from, int to, const std::vector<char>& occupied, int cap) {
+// element earlier shifts the curve by its ±1 on [slot, to) only, so the device's curve (kept by
+// the caller in `curve`) answers every candidate; without them (pending W's retire in empty
+// slots), or for the device's last element, each candidate is walked.
+int earliest_free_slot(Slots& sch, int ty, int mb, int from, int to, const std::vector<char>& occupied, int cap,
+                       const CurveTree* curve) {
+  while (from < to && occupied[from]) from++;  // no free slot, no curve to look at
   if (from >= to) return -1;
   const bool has_w = sch.size() > 4;
   const int bound = last_slot(sch);
-  if (!has_w || to == bound) {
+  if (!has_w || to == bound || !curve) {
     for (int pt = from; pt < to; pt++) {
       if (occupied[pt]) continue;
       sch[ty][mb] = pt;
@@ -119,22 +173,15 @@ int earliest_free_slot(Slots& sch, int ty, int mb, int from, int to, const std::
     }
     return -1;
   }
-  std::vector<int> curve(bound + 1);
-  memory_walk(sch, [&](int i, int live) { curve[i] = live; });
+  // The peak with the element at pt: the curve before pt, over [pt, to) shifted by its ±1, after.
+  // What lies before only grows with pt, so once it passes the cap no later slot can do.
   const int delta = ty <= 1 ? 1 : ty >= 4 ? -1 : 0;
-  std::vector<int> before(bound + 1), window(to - from);  // max of curve[0..i]; of curve[pt..to)
-  for (int i = 0; i <= bound; i++) before[i] = std::max(i > 0 ? before[i - 1] : curve[0], curve[i]);
-  int after = curve[to];  // max of curve[to..bound]
-  for (int i = to; i <= bound; i++) after = std::max(after, curve[i]);
-  for (int pt = to - 1; pt >= from; pt--) window[pt - from] = std::max(pt + 1 < to ? window[pt + 1 - from] : curve[pt], curve[pt]);
-  for (int pt = from; pt < to; pt++) {
+  const int after = curve->max(to, bound);
+  if (after > cap) return -1;
+  int before = std::max(0, curve->max(0, from - 1));
+  for (int pt = from; pt < to && before <= cap; before = std::max(before, curve->at(pt)), pt++) {
     if (occupied[pt]) continue;
-    const int peak = std::max({0, pt > 0 ? before[pt - 1] : 0, window[pt - from] + delta, after});
-#ifdef OPTPIPE_CHECK_FAST_PEAK
-    sch[ty][mb] = pt;
-    OPTPIPE_CHECK(peak == peak_memory(sch), "fast peak " + std::to_string(peak) + " vs " + std::to_string(peak_memory(sch)));
-    sch[ty][mb] = to;
-#endif
+    const int peak = std::max({before, curve->max(pt, to - 1) + delta, after});
     if (peak <= cap) return pt;
   }
   return -1;
@@ -210,6 +257,11 @@ AllSlots reorder(AllSlots sr, bool consider_w) {
   // up front from the initial slots.
   std::vector<Key> keys;
   walk(sr, [&](int d, int ty, int mb) { keys.push_back({sr[d][ty][mb], d, ty, mb}); });
+  // Per device, its B slots (both types) in order, kept until one of them moves; and with the W's
+  // placed, its memory curve.
+  std::vector<std::vector<int>> b_slots(S);
+  std::vector<char> b_stale(S, 1);
+  std::vector<std::optional<CurveTree>> curves(S);
   for (const Key& k : keys) {
     const int d = k.device, ty = k.type, mb = k.mb, tm = k.slot;
     if (ty == 3 && d == 0 && phase == 0) phase = 1;
@@ -227,16 +279,23 @@ AllSlots reorder(AllSlots sr, bool consider_w) {
     if ((ty == 1 || ty == 3) && d + 1 < S) dep = std::max(dep, sr[d + 1][ty][mb]);
     if (ty > 0 && ty < 4) dep = std::max(dep, sr[d][ty - 1][mb]);
     if (ty == 4) {
-      std::vector<int> bs = sr[d][2];
-      bs.insert(bs.end(), sr[d][3].begin(), sr[d][3].end());
-      std::sort(bs.begin(), bs.end());
+      std::vector<int>& bs = b_slots[d];
+      if (b_stale[d]) {
+        bs = sr[d][2];
+        bs.insert(bs.end(), sr[d][3].begin(), sr[d][3].end());
+        std::sort(bs.begin(), bs.end());
+        b_stale[d] = 0;
+      }
       dep = std::max(dep, bs[mb]);
     }
     if (mb > 0) dep = std::max(dep, sr[d][ty][mb - 1]);
     dep++;
-    const int pt = earliest_free_slot(sr[d], ty, mb, dep, tm, occupied[d], cur_peak);
+    if (consider_w && !curves[d]) curves[d] = curve_tree(sr[d]);
+    const int pt = earliest_free_slot(sr[d], ty, mb, dep, tm, occupied[d], cur_peak, curves[d] ? &*curves[d] : nullptr);
     sr[d][ty][mb] = pt >= 0 ? pt : tm;
     occupied[d][sr[d][ty][mb]] = 1;
+    if (pt >= 0 && curves[d]) curves[d]->add(pt, tm - 1, ty <= 1 ? 1 : ty >= 4 ? -1 : 0);
+    if (pt >= 0 && (ty == 2 || ty == 3)) b_stale[d] = 1;
   }
   if (!consider_w)
     for (Slots& s : sr) put_w(s, false);

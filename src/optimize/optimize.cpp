@@ -236,13 +236,14 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
 
   // Every family that applies, then greedy schedules, each scored; then repairs of those that
   // overflow; the best first. Every family is built and checked whatever the time limit (that is
-  // cheap, and the answer must never be slower than a family that fits); the greedy starts take
-  // at most a quarter of it, the repairs what is left of the first half.
+  // cheap, and the answer must never be slower than a family that fits) — unless the families
+  // alone outlast the limit by half a second, on problems so large that the rest are left out;
+  // the greedy starts take at most a quarter of it, the repairs what is left of the first half.
   auto after = [&](double share) {
     return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s * share));
   };
   const Clock::time_point deadline = after(0.5);
-  std::vector<FamilyRun> runs = run_families(p, {.op_times = false});
+  std::vector<FamilyRun> runs = run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(500));
   if (const FamilyRun* best = fastest_fitting(runs)) {
     out.stats.baseline_family = best->family->name;
     out.stats.baseline_makespan_us = best->timeline.makespan_us;

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The sanitizer check: builds optpipe and its unit tests with -fsanitize=address,undefined into
+# build-asan/ (no runtime, Python module or benchmarks), runs the unit tests, the regression
+# inputs and the fuzzer's short mode. Any sanitizer report fails it. CI runs it after the tests.
+#   ./scripts/sanitize.sh            # after ./scripts/setup.sh
+#   FUZZ_CASES=3000 ./scripts/sanitize.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$flags" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DOPTPIPE_BUILD_RUNTIME=OFF -DOPTPIPE_BUILD_PYTHON=OFF \
+  -DOPTPIPE_BUILD_BENCH=OFF >&2
+cmake --build build-asan -j "$jobs" --target optpipe optpipe_tests >&2
+export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# The solver tests run on the clock (they take minutes under the sanitizers); the rest all run.
+./build-asan/optpipe_tests --gtest_brief=1 --gtest_filter='-Milp.*:Cp.*:Optimize.ExactProvesOptimalityOnTinyProblems'
+./tests/test_hardening.sh build-asan/optpipe
+python3 tests/fuzz.py build-asan/optpipe --cases "${FUZZ_CASES:-200}" --out build-asan/fuzz_failures
