@@ -52,9 +52,14 @@ constexpr int kSettleRounds = 64;  // simulations to hold a start's transfers un
 // A start, scored; when it overflows the budget (and there is time), also the same order with
 // every activation offloaded whose lifespan covers the round trip, which often fits outright,
 // with reloads issued two and four reload times ahead (the later ones wait less on a busy link).
-void add_start(const std::string& name, FamilySchedule built, Clock::time_point deadline, std::vector<Start>* starts) {
+// `scored`: its score when it has been simulated already.
+void add_start(const std::string& name, FamilySchedule built, Clock::time_point deadline, std::vector<Start>* starts,
+               const Score* scored = nullptr) {
   Score sc;
-  if (!score_schedule(built.problem, built.schedule, &sc)) return;
+  if (scored)
+    sc = *scored;
+  else if (!score_schedule(built.problem, built.schedule, &sc))
+    return;
   for (int lead : {2, 4}) {
     if (sc.overflow_bytes == 0 || Clock::now() > deadline) break;
     Schedule offloaded = add_offloads(built.problem, built.schedule, lead);
@@ -237,13 +242,13 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // Every family that applies, then greedy schedules, each scored; then repairs of those that
   // overflow; the best first. Every family is built and checked whatever the time limit (that is
   // cheap, and the answer must never be slower than a family that fits) — unless the families
-  // alone outlast the limit by half a second, on problems so large that the rest are left out;
+  // alone outlast the limit by a quarter second, on problems so large that the rest are left out;
   // the greedy starts take at most a quarter of it, the repairs what is left of the first half.
   auto after = [&](double share) {
     return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s * share));
   };
   const Clock::time_point deadline = after(0.5);
-  std::vector<FamilyRun> runs = run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(500));
+  std::vector<FamilyRun> runs = run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250));
   if (const FamilyRun* best = fastest_fitting(runs)) {
     out.stats.baseline_family = best->family->name;
     out.stats.baseline_makespan_us = best->timeline.makespan_us;
@@ -251,7 +256,10 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   }
   std::vector<Start> starts;
   for (FamilyRun& run : runs)
-    if (run.status.ok()) add_start(run.family->name, std::move(run.built), deadline, &starts);
+    if (run.status.ok()) {
+      const Score scored = score_of(run.built.problem, run.timeline);
+      add_start(run.family->name, std::move(run.built), deadline, &starts, &scored);
+    }
   bool out_of_time = Clock::now() > deadline;
   if (!out_of_time) add_greedy_starts(p, after(0.25), &out_of_time, &starts);
   if (starts.empty()) {  // every placement's re-cut of this problem breaks its limits

@@ -11,18 +11,22 @@
 
 namespace optpipe {
 
+Score score_of(const Problem& p, const Timeline& t) {
+  Score out;
+  for (int d = 0; d < p.num_devices; d++) {
+    out.overflow_bytes += static_cast<double>(std::max<int64_t>(0, t.devices[d].peak_bytes - p.devices[d].mem_budget_bytes));
+    out.sum_end_us += t.devices[d].last_end_us;
+  }
+  out.makespan_us = t.makespan_us;
+  return out;
+}
+
 bool score_schedule(const Problem& p, const Schedule& s, Score* out, const NoiseSamples* noise) {
   // Nominal memory: gate_for_any_timing() makes every schedule that fits nominally fit under any
   // timing at no cost, so the two feasibilities are one.
   SimResult r = simulate(p, s, {.op_times = noise != nullptr, .any_timing = false});
   if (!r.ok()) return false;
-  out->overflow_bytes = 0;
-  out->sum_end_us = 0;
-  for (int d = 0; d < p.num_devices; d++) {
-    out->overflow_bytes += static_cast<double>(std::max<int64_t>(0, r.timeline.devices[d].peak_bytes - p.devices[d].mem_budget_bytes));
-    out->sum_end_us += r.timeline.devices[d].last_end_us;
-  }
-  out->makespan_us = r.timeline.makespan_us;
+  *out = score_of(p, r.timeline);
   if (noise && out->overflow_bytes == 0) {
     const Schedule gated = gate_for_any_timing(p, s, r.timeline).schedule;
     std::vector<double> makespans;

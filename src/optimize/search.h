@@ -11,6 +11,7 @@
 
 #include "optpipe/problem.h"
 #include "optpipe/schedule.h"
+#include "optpipe/simulate.h"
 
 namespace optpipe {
 
@@ -32,6 +33,9 @@ struct Score {
 // Duration factors by op id, one vector per sample (NoiseSampler): with them a schedule is scored
 // by the p90 of its makespan over those samples, as gated to fit under any timing.
 using NoiseSamples = std::vector<std::vector<double>>;
+
+// The nominal score of a schedule already simulated (its timeline's figures).
+Score score_of(const Problem& p, const Timeline& t);
 
 // False when the schedule deadlocks (or is otherwise not simulable). With `noise`, a schedule that
 // fits scores the p90 of its gated makespan over the samples (its overflow stays the nominal one:
