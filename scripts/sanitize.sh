@@ -13,6 +13,7 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$f
   -DOPTPIPE_BUILD_BENCH=OFF >&2
 cmake --build build-asan -j "$jobs" --target optpipe optpipe_tests >&2
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export OPTPIPE_TIMING_CHECKS=0  # the sanitizers run several times slower
 # The solver tests run on the clock (they take minutes under the sanitizers); the rest all run.
 ./build-asan/optpipe_tests --gtest_brief=1 --gtest_filter='-Milp.*:Cp.*:Optimize.ExactProvesOptimalityOnTinyProblems'
 ./tests/test_hardening.sh build-asan/optpipe

@@ -72,4 +72,35 @@ else
   fail "--exact on D=16, M=128: exit $rc after ${elapsed} s"; head -c 600 "$tmp/err"
 fi
 
+# Time limits on large valid problems (they took 12.6 s and 173 s): within 1.2 × the limit + 1 s,
+# checked here with twice that margin (a shared machine). Not on the sanitizer build, which runs
+# several times slower: OPTPIPE_TIMING_CHECKS=0.
+within() {  # NAME SECONDS COMMAND...
+  local name="$1" allowed="$2"
+  shift 2
+  local start end rc
+  start=$(date +%s.%N)
+  timeout 120 "$@" > /dev/null 2> "$tmp/err"
+  rc=$?
+  end=$(date +%s.%N)
+  if [ "$rc" -le 3 ] && python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) - float(sys.argv[1]) <= float(sys.argv[3]) else 1)" "$start" "$end" "$allowed"; then
+    echo "ok   $name within $allowed s"
+  else
+    fail "$name: exit $rc after $(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$start" "$end") s (allowed $allowed s)"
+  fi
+}
+if [ "${OPTPIPE_TIMING_CHECKS:-1}" != 0 ]; then
+  python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+p = json.load(open(d + "/p.json"))
+st = dict(p["stages"][0], act_f_bytes=1 << 20, act_b_bytes=-(3 << 18), act_w_bytes=-(1 << 18), act_input_bytes=1 << 16)
+p.update(num_devices=1000, num_microbatches=8, placement="vshape", chunks_per_device=2, stages=[st] * 2000,
+         devices=[dict(host_link=0, mem_budget_bytes=1 << 40, static_bytes=1 << 30)] * 1000)
+json.dump(p, open(d + "/d1000.json", "w"))
+PY
+  within "optimize D=1000, v=2, M=8 at 0.5 s" 3.2 "$bin" optimize -p "$tmp/d1000.json" --time-limit 0.5 -q
+  within "plan M=100,000 on 2 devices at 0.2 s" 2.5 "$bin" plan --cluster 2xa100-40gb --microbatches 100000 --time-limit 0.2 -q -o "$tmp/o.json"
+fi
+
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
