@@ -73,7 +73,7 @@ else
 fi
 
 # Time limits on large valid problems (they took 12.6 s and 173 s): within 1.2 × the limit + 1 s,
-# checked here with twice that margin (a shared machine). Not on the sanitizer build, which runs
+# checked here with three times that margin (a shared machine). Not on the sanitizer build, which runs
 # several times slower: OPTPIPE_TIMING_CHECKS=0.
 within() {  # NAME SECONDS COMMAND...
   local name="$1" allowed="$2"
@@ -99,8 +99,8 @@ p.update(num_devices=1000, num_microbatches=8, placement="vshape", chunks_per_de
          devices=[dict(host_link=0, mem_budget_bytes=1 << 40, static_bytes=1 << 30)] * 1000)
 json.dump(p, open(d + "/d1000.json", "w"))
 PY
-  within "optimize D=1000, v=2, M=8 at 0.5 s" 3.2 "$bin" optimize -p "$tmp/d1000.json" --time-limit 0.5 -q
-  within "plan M=100,000 on 2 devices at 0.2 s" 2.5 "$bin" plan --cluster 2xa100-40gb --microbatches 100000 --time-limit 0.2 -q -o "$tmp/o.json"
+  within "optimize D=1000, v=2, M=8 at 0.5 s" 4.8 "$bin" optimize -p "$tmp/d1000.json" --time-limit 0.5 -q
+  within "plan M=100,000 on 2 devices at 0.2 s" 3.7 "$bin" plan --cluster 2xa100-40gb --microbatches 100000 --time-limit 0.2 -q -o "$tmp/o.json"
 fi
 
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
