@@ -23,6 +23,7 @@
 //   Gated g = gate_for_any_timing(problem, schedule, simulate(problem, schedule).timeline);
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -52,7 +53,11 @@ struct Gated {
   int reload_gates_added = 0;  // anchors moved later plus `after` ops added to reloads
 };
 
-// `nominal` is simulate(p, s) with op times. Devices without transfers are left as they are.
-Gated gate_for_any_timing(const Problem& p, const Schedule& s, const Timeline& nominal);
+// `nominal` is simulate(p, s) with op times. Devices that fit under any timing already are left
+// as they are. Until `prune_until`, each reload gate is then taken back where the device stays
+// within its budget (or nominal peak) without it, at one worst-case pass per gate: fewer gates,
+// for schedules that are kept (the optimizer's answer).
+Gated gate_for_any_timing(const Problem& p, const Schedule& s, const Timeline& nominal,
+                          std::chrono::steady_clock::time_point prune_until = {});
 
 }  // namespace optpipe

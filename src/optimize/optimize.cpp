@@ -450,7 +450,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   if (options.any_timing) {
     SimResult nominal = simulate(out.problem, out.schedule);
     OPTPIPE_CHECK(nominal.ok(), "the optimizer's winner must simulate: " + nominal.status.message);
-    Gated gated = gate_for_any_timing(out.problem, out.schedule, nominal.timeline);
+    Gated gated = gate_for_any_timing(out.problem, out.schedule, nominal.timeline, /*prune_until=*/after(1.1));
     out.schedule = std::move(gated.schedule);
     out.stats.waits_added = gated.waits_added;
     out.stats.reload_gates_added = gated.reload_gates_added;

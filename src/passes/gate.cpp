@@ -12,6 +12,7 @@
 // heavier than the nominal one right after that reload (gate 2), else than the nominal one right
 // after that allocation (gate 3). Each gate holds at nominal timings, so nothing moves there.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "optpipe/any_timing.h"
@@ -139,17 +140,55 @@ class DeviceGater {
   DeviceSchedule& ds_;
 };
 
+// The worst-case peak of device d alone.
+int64_t device_worst_peak(const Problem& p, const Schedule& s, int d, const OrderLookups& at) {
+  DeviceOrders o;
+  OPTPIPE_CHECK(build_device_orders(p, s, d, at, &o).ok(), "a gated schedule has consistent orders");
+  WorstCaseSweep sweep(o);
+  int64_t peak = sweep.bytes();
+  while (sweep.prefix() < o.num_compute_events()) {
+    OPTPIPE_CHECK(sweep.step().ok(), "a gated schedule has consistent orders");
+    peak = std::max(peak, sweep.bytes());
+  }
+  return peak;
+}
+
+// Takes back, the last reload first, each reload gate of device d whose device stays within
+// max(budget, nominal peak) without it, until the deadline. Compute positions do not change, so
+// one set of lookups serves every trial.
+void prune_reload_gates(const Problem& p, int d, const DeviceSchedule& before, int64_t allowed,
+                        std::chrono::steady_clock::time_point deadline, Schedule* s, Gated* out) {
+  const OrderLookups at(p, *s);
+  std::vector<ReloadEntry>& reloads = s->devices[d].reloads;
+  for (size_t j = reloads.size(); j-- > 0 && std::chrono::steady_clock::now() < deadline;) {
+    const ReloadEntry& old = before.reloads[j];
+    if (reloads[j].anchor == old.anchor && reloads[j].after == old.after) continue;
+    const ReloadEntry gated = reloads[j];
+    reloads[j] = old;
+    if (device_worst_peak(p, *s, d, at) <= allowed) {
+      out->reload_gates_added -= (gated.anchor != old.anchor) + static_cast<int>(gated.after.size() - old.after.size());
+    } else {
+      reloads[j] = gated;
+    }
+  }
+}
+
 }  // namespace
 
-Gated gate_for_any_timing(const Problem& p, const Schedule& s, const Timeline& nominal) {
+Gated gate_for_any_timing(const Problem& p, const Schedule& s, const Timeline& nominal,
+                          std::chrono::steady_clock::time_point prune_until) {
   Gated out{s};
   Result<std::vector<WorstCase>> worst = worst_case_peaks(p, s);
   if (!worst.ok()) return out;  // not a schedule that can run: nothing to gate
   OPTPIPE_CHECK(nominal.start_us.size() == static_cast<size_t>(num_op_ids(p)), "gating needs the nominal op times");
   // Gating one device moves no other device's ops.
   const OrderLookups at(p, s);
-  for (int d = 0; d < p.num_devices; d++)
-    if (worst.value[d].peak_bytes > p.devices[d].mem_budget_bytes) DeviceGater(p, d, nominal, at, &out.schedule).run(&out);
+  for (int d = 0; d < p.num_devices; d++) {
+    if (worst.value[d].peak_bytes <= p.devices[d].mem_budget_bytes) continue;
+    DeviceGater(p, d, nominal, at, &out.schedule).run(&out);
+    prune_reload_gates(p, d, s.devices[d], std::max(p.devices[d].mem_budget_bytes, nominal.devices[d].peak_bytes),
+                       prune_until, &out.schedule, &out);
+  }
   return out;
 }
 
