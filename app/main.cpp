@@ -179,7 +179,7 @@ int cmd_compare(const std::string& problem_path, const std::optional<NoiseSpec>&
     int64_t worst = 0;
     for (const DeviceFigures& d : t.devices) worst = std::max(worst, d.worst_peak_bytes);
     rows.push_back({f.name, placement_label(f), format_us(t.makespan_us), format_us(bound), bubble,
-                    format_bytes(max_peak(t)), format_bytes(worst), o.fits_any_timing ? "yes" : o.fits ? "nominal only" : "no",
+                    format_bytes(max_peak(t)), format_bytes(worst), fits_cell(o.fits_any_timing, o.fits),
                     per_device + (gib ? " GiB" : " MiB")});
     json j = timeline_json(o.built.problem, t);
     if (noise) {
@@ -443,7 +443,7 @@ int cmd_plan(const PlanArgs& a, const OptimizeOptions& base_options, bool quiet,
     const double gap = t.makespan_us > 0 ? (t.makespan_us - bound) / t.makespan_us : 0;
     const double speedup = best_makespan > 0 && row_fits ? best_makespan / t.makespan_us : 0;
     const bool any = fits_any_timing(fp, t);
-    rows.push_back({name, any ? "yes" : row_fits ? "nominal only" : "no", format_us(t.makespan_us), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
+    rows.push_back({name, fits_cell(any, row_fits), format_us(t.makespan_us), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
                     format_bytes(max_peak(t)), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-", format_us(bound),
                     fmt::format("{:.1f}%", 100 * gap)});
     rows_json.push_back({{"schedule", name},

@@ -55,6 +55,8 @@ std::string aligned_table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+const char* fits_cell(bool any_timing, bool nominal) { return any_timing ? "yes" : nominal ? "nominal only" : "no"; }
+
 std::string fits_text(const Problem& p, const Timeline& t) {
   if (fits_any_timing(p, t)) return "fits the budget under any timing";
   if (fits_budget(p, t)) return "fits the budget at the profile's timings only (see the worst case)";
@@ -71,7 +73,7 @@ std::string timeline_text(const Problem& p, const Timeline& t) {
     const int64_t budget = p.devices[d].mem_budget_bytes;
     rows.push_back({std::to_string(d), format_us(f.busy_us), format_us(f.idle_us), format_bytes(f.peak_bytes),
                     format_bytes(f.worst_peak_bytes), format_bytes(budget),
-                    f.worst_peak_bytes <= budget ? "yes" : f.peak_bytes <= budget ? "nominal only" : "no",
+                    fits_cell(f.worst_peak_bytes <= budget, f.peak_bytes <= budget),
                     format_bytes(f.offload_bytes), std::to_string(f.num_recomputes)});
   }
   out += aligned_table(rows);

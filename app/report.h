@@ -13,6 +13,8 @@ namespace optpipe {
 // One-line description: "4 devices, 8 microbatches, linear placement (4 stages), budget 52.00 GiB".
 std::string problem_summary(const Problem& p);
 std::string timeline_text(const Problem& p, const Timeline& t);
+// A table's fits cell: "yes" (under any timing), "nominal only", "no".
+const char* fits_cell(bool any_timing, bool nominal);
 // "fits the budget under any timing", "... at the profile's timings only ...", "OVER BUDGET".
 std::string fits_text(const Problem& p, const Timeline& t);
 std::string noise_text(const Problem& p, const NoiseSpec& spec, const NoiseReport& r);

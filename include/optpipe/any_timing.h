@@ -37,10 +37,7 @@ namespace optpipe {
 // One device's worst moment.
 struct WorstCase {
   int64_t peak_bytes = 0;   // static + activations + workspace at the worst moment
-  Op during;                // the compute op last started then (WAIT-free), if any
-  bool has_op = false;
-  int offloads_done = 0;    // how many of the device's offloads (in channel order) surely ended
-  int reloads_started = 0;  // how many of its reloads (in channel order) may have started
+  Op during;                // the compute op (not a WAIT) last started then; F0 s0 if none
 };
 
 // InvalidInput when the schedule names ops the problem or its own lists do not hold (a reload

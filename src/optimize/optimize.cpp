@@ -338,7 +338,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // Thread k's share of the starts, raced. An exception in it (a broken invariant, memory) stops
   // the others and is rethrown here once every thread has joined: an internal error with its
   // message, never a silent terminate.
-  auto race = [&](int k) {
+  auto run_races = [&](int k) {
     struct Racer {
       int start;
       SearchResult result;
@@ -398,7 +398,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   for (int k = 0; k < threads; k++)
     workers.emplace_back([&, k] {
       try {
-        race(k);
+        run_races(k);
       } catch (...) {
         failures[k] = std::current_exception();
         shared.stop = true;

@@ -161,17 +161,8 @@ Status WorstCaseSweep::evaluate() {
     return Status::Invalid("a wait needs an offload whose forward comes after it");
   // Reloads 1..t_ force no offload beyond `forced`: with those, the more the heavier.
   while (t_ < o_->num_reloads() && o_->reload_needs_offloads[t_ + 1] <= forced) t_++;
-  best_r_ = std::min(t_, rmax_);
-  best_o_ = forced;
-  int64_t transfers = o_->reload_bytes_sum[best_r_] - o_->offload_bytes_sum[forced];
-  if (t_ + 1 <= rmax_) {
-    const int r = o_->argmax_reloads_net(t_ + 1, rmax_);
-    if (o_->reloads_net(r) > transfers) {
-      transfers = o_->reloads_net(r);
-      best_r_ = r;
-      best_o_ = o_->reload_needs_offloads[r];
-    }
-  }
+  int64_t transfers = o_->reload_bytes_sum[std::min(t_, rmax_)] - o_->offload_bytes_sum[forced];
+  if (t_ + 1 <= rmax_) transfers = std::max(transfers, o_->reloads_net(o_->argmax_reloads_net(t_ + 1, rmax_)));
   bytes_ = o_->static_bytes + compute_bytes_ + transfers;
   return Status::Ok();
 }
@@ -197,10 +188,7 @@ Result<std::vector<WorstCase>> worst_case_peaks(const Problem& p, const Schedule
       if (e % 2 == 0 && compute[e / 2].kind != OpKind::kWait) last_started = e / 2;
       if (sweep.bytes() > w.peak_bytes) {
         w.peak_bytes = sweep.bytes();
-        w.has_op = last_started >= 0;
-        if (w.has_op) w.during = compute[last_started];
-        w.offloads_done = sweep.offloads();
-        w.reloads_started = sweep.reloads();
+        if (last_started >= 0) w.during = compute[last_started];
       }
     }
   }

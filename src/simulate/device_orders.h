@@ -67,8 +67,6 @@ class WorstCaseSweep {
 
   int prefix() const { return P_; }
   int64_t bytes() const { return bytes_; }  // the heaviest state at this prefix, static included
-  int reloads() const { return best_r_; }   // ... its reloads started
-  int offloads() const { return best_o_; }  // ... its offloads ended
   int forced_offloads() const;              // what the compute prefix alone forces to have ended
 
  private:
@@ -79,7 +77,6 @@ class WorstCaseSweep {
   int64_t compute_bytes_ = 0;
   int wait_forced_ = 0, rmin_ = 0, rmax_ = 0, t_ = 0;
   int64_t bytes_ = 0;
-  int best_r_ = 0, best_o_ = 0;
 };
 
 }  // namespace optpipe
