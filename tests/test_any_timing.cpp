@@ -226,8 +226,11 @@ TEST(GatedSimulator, SameAsPlainWhenNothingWouldOverflow) {
       SimResult gated = simulate(p, s, {.duration_factors = &factors, .gate_memory = true});
       ASSERT_TRUE(plain.ok() && gated.ok()) << fam.name << ": " << gated.status.message;
       EXPECT_EQ(gated.timeline.start_us.size(), plain.timeline.start_us.size());
-      for (size_t i = 0; i < plain.timeline.start_us.size(); i++)
-        if (!std::isnan(plain.timeline.start_us[i])) ASSERT_EQ(gated.timeline.start_us[i], plain.timeline.start_us[i]) << fam.name;
+      for (size_t i = 0; i < plain.timeline.start_us.size(); i++) {
+        if (!std::isnan(plain.timeline.start_us[i])) {
+          ASSERT_EQ(gated.timeline.start_us[i], plain.timeline.start_us[i]) << fam.name;
+        }
+      }
       EXPECT_EQ(gated.timeline.makespan_us, plain.timeline.makespan_us);
       compared++;
 
