@@ -144,7 +144,9 @@ TEST(Property, NoTimingPassesTheWorstCaseAndGatingBoundsIt) {
       Validation v = validate(p, g.schedule, {.check_memory_budget = false});
       ASSERT_TRUE(v.ok()) << what << ": " << v.summary();
       const Timeline& gated = v.sim.timeline;
-      if (!shares_a_link(p)) EXPECT_EQ(gated.makespan_us, nominal.timeline.makespan_us) << what;
+      if (!shares_a_link(p)) {
+        EXPECT_EQ(gated.makespan_us, nominal.timeline.makespan_us) << what;
+      }
       for (int d = 0; d < p.num_devices; d++) {
         const int64_t bound = std::max(p.devices[d].mem_budget_bytes, nominal.timeline.devices[d].peak_bytes);
         EXPECT_LE(gated.devices[d].worst_peak_bytes, bound) << what << " device " << d;
@@ -161,7 +163,9 @@ TEST(Property, NoTimingPassesTheWorstCaseAndGatingBoundsIt) {
           ASSERT_TRUE(r.ok()) << what << ": " << r.status.message;
           for (int d = 0; d < p.num_devices; d++) {
             ASSERT_LE(r.timeline.devices[d].peak_bytes, w.timeline.devices[d].worst_peak_bytes) << what << " device " << d;
-            if (safe) ASSERT_LE(r.timeline.devices[d].peak_bytes, p.devices[d].mem_budget_bytes) << what;
+            if (safe) {
+              ASSERT_LE(r.timeline.devices[d].peak_bytes, p.devices[d].mem_budget_bytes) << what;
+            }
           }
         }
       }
