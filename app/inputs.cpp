@@ -13,15 +13,22 @@ int exit_code(const Status& s) {
   switch (s.code) {
     case StatusCode::kOk: return kExitOk;
     case StatusCode::kInvalidInput: return kExitBadInput;
+    case StatusCode::kIoError: return kExitBadInput;
     case StatusCode::kInfeasible: return kExitInfeasible;
-    case StatusCode::kUsage: return kExitUsage;
+    case StatusCode::kTimeLimit: return kExitTimeLimit;
+    case StatusCode::kInternal: return kExitInternal;
   }
-  return kExitBadInput;
+  return kExitInternal;
 }
 
 int fail(const Status& s, const char* tool) {
   std::fprintf(stderr, "%s: %s\n", tool, s.message.c_str());
   return exit_code(s);
+}
+
+int usage_error(const std::string& message, const char* tool) {
+  std::fprintf(stderr, "%s: %s\n", tool, message.c_str());
+  return kExitUsage;
 }
 
 Result<Problem> load_problem(const std::string& path) {
@@ -52,8 +59,7 @@ Result<FamilySchedule> load_schedule(const std::string& problem_path, const std:
   using R = Result<FamilySchedule>;
   Result<Problem> p = load_problem(problem_path);
   if (!p.ok()) return R::Error(p.status);
-  if (schedule_path.empty() == family.empty())
-    return R::Error(Status{StatusCode::kUsage, "give either --schedule FILE or --family NAME"});
+  OPTPIPE_CHECK(schedule_path.empty() != family.empty(), "the caller checks that one source is given");
   if (!family.empty()) {
     const Family* f = find_family(family);
     if (!f) return R::Error(Status::Invalid("unknown family \"" + family + "\" (see: optpipe families)"));

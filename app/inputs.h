@@ -10,13 +10,19 @@
 
 namespace optpipe {
 
-// Exit codes: 0 ok, 1 bad input, 2 usage, 3 infeasible; 70 internal error (a bug).
-constexpr int kExitOk = 0, kExitBadInput = 1, kExitUsage = 2, kExitInfeasible = 3, kExitInternal = 70;
+// Exit codes: 0 ok, 1 bad input (or a file that cannot be read or written), 2 usage, 3
+// infeasible, 4 time limit passed with no answer; 70 internal error (a bug).
+constexpr int kExitOk = 0, kExitBadInput = 1, kExitUsage = 2, kExitInfeasible = 3, kExitTimeLimit = 4,
+              kExitInternal = 70;
 
+// The one place a library status becomes an exit code.
 int exit_code(const Status& s);
 
 // Prints "<tool>: <message>" on stderr and returns the status's exit code.
 int fail(const Status& s, const char* tool = "optpipe");
+
+// Options that do not go together: prints "<tool>: <message>" and returns kExitUsage.
+int usage_error(const std::string& message, const char* tool = "optpipe");
 
 // The problem in `path`, or the built-in problem when the path is empty.
 Result<Problem> load_problem(const std::string& path);
@@ -29,6 +35,7 @@ Status emit(const std::string& path, const std::string& text);
 
 // The schedule to work on: read from a file, or built by a family. A schedule made for another
 // placement of the same model (a V-shape schedule, a linear problem) gets the problem re-cut.
+// Exactly one of schedule_path and family is given (the caller checks: a usage error).
 Result<FamilySchedule> load_schedule(const std::string& problem_path, const std::string& schedule_path,
                                      const std::string& family, int chunks);
 

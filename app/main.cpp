@@ -117,6 +117,7 @@ int cmd_simulate(const std::string& problem_path, const std::string& schedule_pa
 
 int cmd_export(const std::string& problem_path, const std::string& schedule_path, const std::string& family, int chunks,
                const std::string& format, const std::string& out_path) {
+  if (schedule_path.empty() == family.empty()) return usage_error("give either --schedule FILE or --family NAME");
   Result<FamilySchedule> fs = load_schedule(problem_path, schedule_path, family, chunks);
   if (!fs.ok()) return fail(fs.status);
   const std::string what = family.empty() ? schedule_path : family;

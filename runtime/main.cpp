@@ -86,14 +86,14 @@ std::string ratio(double measured, double predicted) {
 // "exit@1" / "stall@0": the fault a test asks this rank to suffer.
 Status parse_fault(const std::string& text, std::string* kind, int* rank) {
   const size_t at = text.find('@');
-  if (at == std::string::npos) return Status{StatusCode::kUsage, "--inject-fault: expected exit@RANK or stall@RANK"};
+  if (at == std::string::npos) return Status::Invalid("--inject-fault: expected exit@RANK or stall@RANK");
   *kind = text.substr(0, at);
   try {
     *rank = std::stoi(text.substr(at + 1));
   } catch (...) {
-    return Status{StatusCode::kUsage, "--inject-fault: bad rank in \"" + text + "\""};
+    return Status::Invalid("--inject-fault: bad rank in \"" + text + "\"");
   }
-  if (*kind != "exit" && *kind != "stall") return Status{StatusCode::kUsage, "--inject-fault: kind must be exit or stall"};
+  if (*kind != "exit" && *kind != "stall") return Status::Invalid("--inject-fault: kind must be exit or stall");
   return Status::Ok();
 }
 
@@ -133,7 +133,7 @@ int rank_main(const RankEnv& env, const FamilySchedule& fs, const GptConfig& cfg
   std::string fault_kind;
   int fault_rank = -1;
   if (!a.fault.empty()) {
-    if (Status st = parse_fault(a.fault, &fault_kind, &fault_rank); !st.ok()) return fail(st, kTool);
+    if (Status st = parse_fault(a.fault, &fault_kind, &fault_rank); !st.ok()) return usage_error(st.message, kTool);
     if (fault_rank == env.rank)
       opt.before_op = [&](int iteration, int ops_done) {
         if (iteration != 0 || ops_done != a.fault_after_ops) return;
@@ -217,7 +217,8 @@ json check_summary(const std::vector<RankReport>& reports, FILE* out) {
 
 int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::string>& argv) {
   if (a.problem_path.empty())
-    return fail(Status{StatusCode::kUsage, "run needs --problem (the one `optpipe profile` wrote for this model)"}, kTool);
+    return usage_error("run needs --problem (the one `optpipe profile` wrote for this model)", kTool);
+  if (a.schedule_path.empty() == a.family.empty()) return usage_error("give either --schedule FILE or --family NAME", kTool);
   Result<FamilySchedule> fs = load_schedule(a.problem_path, a.schedule_path, a.family, a.chunks);
   if (!fs.ok()) return fail(fs.status, kTool);
   Result<GptConfig> cfg = model.config(fs.value.problem.num_microbatches);
@@ -240,7 +241,7 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
   if (!a.fault.empty()) {
     std::string kind;
     int rank = 0;
-    if (Status st = parse_fault(a.fault, &kind, &rank); !st.ok()) return fail(st, kTool);
+    if (Status st = parse_fault(a.fault, &kind, &rank); !st.ok()) return usage_error(st.message, kTool);
   }
   const Problem& p = fs.value.problem;
   Result<std::vector<std::string>> texts = launch_and_collect(argv, p.num_devices, a.timeout_s);
@@ -333,10 +334,10 @@ struct ProfileArgs {
 
 int cmd_profile(ProfileArgs a, const ModelArgs& model, const std::vector<std::string>& argv) {
   if (!parse_placement(a.placement, &a.spec.placement))
-    return fail(Status{StatusCode::kUsage, "unknown placement \"" + a.placement + "\" (linear, interleaved, vshape)"}, kTool);
+    return usage_error("unknown placement \"" + a.placement + "\" (linear, interleaved, vshape)", kTool);
   if (a.spec.placement == Placement::kVShape && a.spec.chunks_per_device == 1) a.spec.chunks_per_device = 2;
   if (!a.budget.empty() && !parse_bytes(a.budget, &a.spec.mem_budget_bytes))
-    return fail(Status{StatusCode::kUsage, "--budget: expected a size such as 64MiB, got \"" + a.budget + "\""}, kTool);
+    return usage_error("--budget: expected a size such as 64MiB, got \"" + a.budget + "\"", kTool);
   if (Status st = check_profile_spec(a.spec); !st.ok()) return fail(st, kTool);
   Result<GptConfig> cfg = model.config(a.spec.num_microbatches);
   if (!cfg.ok()) return fail(cfg.status, kTool);

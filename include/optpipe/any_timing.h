@@ -35,7 +35,7 @@
 namespace optpipe {
 
 // One device's worst moment.
-struct WorstCase {
+struct [[nodiscard]] WorstCase {
   int64_t peak_bytes = 0;   // static + activations + workspace at the worst moment
   Op during;                // the compute op (not a WAIT) last started then; F0 s0 if none
 };
@@ -44,7 +44,7 @@ struct WorstCase {
 // without its offload, a WAIT without it, a forward missing), or its gates contradict its orders.
 Result<std::vector<WorstCase>> worst_case_peaks(const Problem& p, const Schedule& s);
 
-struct Gated {
+struct [[nodiscard]] Gated {
   Schedule schedule;
   int waits_added = 0;         // WAIT ops inserted before allocations
   int reload_gates_added = 0;  // anchors moved later plus `after` ops added to reloads

@@ -39,7 +39,7 @@ struct CpOptions {
   bool offload = false;    // with memory: also decide which to offload, and when to move them
 };
 
-struct CpSolution {
+struct [[nodiscard]] CpSolution {
   Status status;  // InvalidInput/Infeasible: no solution found
   bool proven_optimal = false;  // the search finished
   double objective_us = 0;  // the simulated makespan of `schedule`

@@ -29,7 +29,7 @@ std::string chrome_trace_json(const Problem& p, const Schedule& s, const Timelin
 // row per rank, one cell per action "{stage}{F|I|W|B}{microbatch}", I = input-gradient B,
 // B = fused BW. Offloads, reloads and recomputes have no action there; `notes` says what was
 // left out (empty when nothing was).
-struct CsvExport {
+struct [[nodiscard]] CsvExport {
   std::string csv;
   std::vector<std::string> notes;
 };

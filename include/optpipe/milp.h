@@ -80,7 +80,7 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options);
 // lower bound to check before building a model that could run to millions of binaries.
 size_t milp_min_binaries(const Problem& p);
 
-struct MilpSolution {
+struct [[nodiscard]] MilpSolution {
   Status status;  // InvalidInput: no solution found (infeasible, or none within the limit)
   bool proven_optimal = false;
   double objective_us = 0;  // the makespan of the solver's solution

@@ -43,7 +43,7 @@ class NoiseSampler {
   NoiseSpec spec_;
 };
 
-struct NoiseReport {
+struct [[nodiscard]] NoiseReport {
   int samples = 0;
   int overflowed = 0;  // as planned, some device passed its budget
   int stuck = 0;       // gated, nothing could make room: the run cannot finish

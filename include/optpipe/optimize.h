@@ -94,7 +94,7 @@ struct OptimizeStats {
   int waits_added = 0, reload_gates_added = 0;
 };
 
-struct OptimizeResult {
+struct [[nodiscard]] OptimizeResult {
   Status status;  // InvalidInput for a bad problem; Infeasible when no family or greedy start
                   // applies to it (every re-cut breaks its limits); otherwise ok, whatever the outcome
   Outcome outcome = Outcome::kInfeasible;

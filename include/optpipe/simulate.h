@@ -76,7 +76,7 @@ struct SimOptions {
   bool gate_memory = false;
 };
 
-struct SimResult {
+struct [[nodiscard]] SimResult {
   Status status;      // InvalidInput when the schedule deadlocks or names an op twice / out of range
   Timeline timeline;  // complete only when status is ok
   std::vector<Op> stuck;  // on deadlock: the op each blocked resource waits to run

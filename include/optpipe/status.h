@@ -12,14 +12,19 @@
 
 namespace optpipe {
 
+// What happened. These are not exit codes: each program maps them in one place.
 enum class StatusCode {
-  kOk = 0,
-  kInvalidInput = 1,  // the problem, schedule or an argument is malformed
-  kInfeasible = 3,    // well-formed, but no schedule satisfies the constraints (e.g. budget)
-  kUsage = 2,         // arguments that do not go together (command-line use)
+  kOk,
+  kInvalidInput,  // the problem, schedule or an argument is malformed
+  kInfeasible,    // well-formed, but no schedule satisfies the constraints (e.g. budget)
+  kIoError,       // a file could not be read or written
+  kTimeLimit,     // the time limit passed before there was an answer
+  kInternal,      // a solver or library below reported an error that is not the input's fault
 };
 
-struct Status {
+const char* status_code_name(StatusCode code);
+
+struct [[nodiscard]] Status {
   StatusCode code = StatusCode::kOk;
   std::string message;
 
@@ -27,11 +32,14 @@ struct Status {
   static Status Ok() { return {}; }
   static Status Invalid(std::string message) { return {StatusCode::kInvalidInput, std::move(message)}; }
   static Status Infeasible(std::string message) { return {StatusCode::kInfeasible, std::move(message)}; }
+  static Status IoError(std::string message) { return {StatusCode::kIoError, std::move(message)}; }
+  static Status TimeLimit(std::string message) { return {StatusCode::kTimeLimit, std::move(message)}; }
+  static Status Internal(std::string message) { return {StatusCode::kInternal, std::move(message)}; }
 };
 
 // A value or the reason there is none.
 template <class T>
-struct Result {
+struct [[nodiscard]] Result {
   Status status;
   T value{};
 

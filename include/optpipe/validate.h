@@ -37,7 +37,7 @@ struct ValidateOptions {
   SimOptions sim;
 };
 
-struct Validation {
+struct [[nodiscard]] Validation {
   std::vector<Issue> issues;
   SimResult sim;  // filled when the structural checks pass
 

@@ -416,9 +416,9 @@ std::string profile_to_json(const Problem& p) {
 Result<std::string> read_text_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    return Result<std::string>::Error(Status::Invalid("cannot read " + path + ": it is a directory"));
+    return Result<std::string>::Error(Status::IoError("cannot read " + path + ": it is a directory"));
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Result<std::string>::Error(Status::Invalid("cannot read " + path));
+  if (!in) return Result<std::string>::Error(Status::IoError("cannot read " + path));
   std::stringstream ss;
   ss << in.rdbuf();
   return Result<std::string>::Of(ss.str());
@@ -426,10 +426,10 @@ Result<std::string> read_text_file(const std::string& path) {
 
 Status write_text_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
-  if (!out) return Status::Invalid("cannot write " + path);
+  if (!out) return Status::IoError("cannot write " + path);
   out << text;
   out.close();
-  if (!out) return Status::Invalid("error while writing " + path);
+  if (!out) return Status::IoError("error while writing " + path);
   return Status::Ok();
 }
 

@@ -286,7 +286,7 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
   out.proven_optimal = !engine.stopped();
   if (!best) {
     out.status = out.proven_optimal ? Status::Infeasible("the CP model has no solution: nothing fits the budget")
-                                    : Status::Invalid("the CP search found no solution within its time limit");
+                                    : Status::TimeLimit("the CP search found no solution within its time limit");
   } else {
     if (out.proven_optimal) out.bound_us = best->makespan.val() * g.unit_us;
     std::vector<Op> ops = g.ops;
@@ -309,11 +309,11 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
       add_transfers_by_start(p, start, end, std::move(transfers), &out.schedule);
       // The simulator may run a reload earlier than the model did; fix what that overflows.
       if (!settle_transfers(p, 4 * S * M, &out.schedule))
-        out.status = Status::Invalid("the CP solution's transfers overflow a budget when simulated");
+        out.status = Status::Internal("the CP solution's transfers overflow a budget when simulated");
     }
     SimResult sim = simulate(p, out.schedule, {.op_times = false});
     if (sim.ok()) out.objective_us = sim.timeline.makespan_us;
-    else out.status = Status::Invalid("the CP solution does not simulate: " + sim.status.message);
+    else out.status = Status::Internal("the CP solution does not simulate: " + sim.status.message);
   }
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

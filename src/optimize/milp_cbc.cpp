@@ -114,7 +114,7 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
   out.bound_us = Cbc_getBestPossibleObjValue(model);
   if (!x) {
     out.status = Cbc_isProvenInfeasible(model) ? Status::Infeasible("the MILP has no solution: nothing fits the budget")
-                                               : Status::Invalid("the MILP found no solution within its time limit");
+                                               : Status::TimeLimit("the MILP found no solution within its time limit");
   } else {
     out.objective_us = Cbc_getObjValue(model);
     out.proven_optimal = Cbc_isProvenOptimal(model);
@@ -153,7 +153,7 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
       };
       add_transfers_by_start(p, start, end, std::move(transfers), &out.schedule);
       if (!settle_transfers(p, 4 * p.num_stages() * M, &out.schedule))
-        out.status = Status::Invalid("the MILP solution's transfers overflow a budget when simulated");
+        out.status = Status::Internal("the MILP solution's transfers overflow a budget when simulated");
     }
   }
   Cbc_deleteModel(model);

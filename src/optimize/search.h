@@ -42,7 +42,7 @@ Score score_of(const Problem& p, const Timeline& t);
 // gating makes a nominal fit a fit under any timing).
 bool score_schedule(const Problem& p, const Schedule& s, Score* out, const NoiseSamples* noise = nullptr);
 
-struct SearchResult {
+struct [[nodiscard]] SearchResult {
   Schedule best;
   Score best_score;
   int64_t evaluations = 0;
@@ -86,7 +86,7 @@ SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed
 // first, if without it the schedule overflows no more and ends no later. The search's plateau
 // walk leaves such ones behind; they cost compute and link time that the simulator's makespan
 // does not show. At most `max_evaluations` simulations, and none after `deadline`.
-struct Tidied {
+struct [[nodiscard]] Tidied {
   Schedule schedule;
   int recomputes_dropped = 0, offloads_dropped = 0;
 };
