@@ -11,7 +11,7 @@ flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fr
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DOPTPIPE_BUILD_RUNTIME=OFF -DOPTPIPE_BUILD_PYTHON=OFF \
   -DOPTPIPE_BUILD_BENCH=OFF >&2
-cmake --build build-asan -j "$jobs" --target optpipe optpipe_tests >&2
+cmake --build build-asan -j "$jobs" --target optpipe_cmd optpipe_tests >&2
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export OPTPIPE_TIMING_CHECKS=0  # the sanitizers run several times slower
 # The solver tests run on the clock (they take minutes under the sanitizers); the rest all run.

@@ -7,6 +7,7 @@
 
 #include "fixtures.h"
 #include "optpipe/any_timing.h"
+#include "optpipe/passes.h"
 #include "optpipe/families.h"
 #include "optpipe/figures.h"
 #include "optpipe/noise.h"

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "optpipe/families.h"
+#include "optpipe/passes.h"
 #include "optpipe/validate.h"
 #include "fixtures.h"
 

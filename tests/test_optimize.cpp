@@ -4,13 +4,14 @@
 #include <random>
 
 #include "optpipe/cost_model.h"
+#include "optpipe/passes.h"
 #include "optpipe/families.h"
 #include "optpipe/figures.h"
 #include "optpipe/json_io.h"
 #include "optpipe/optimize.h"
 #include "optpipe/validate.h"
 #include "brute_force.h"
-#include "optimize/by_start.h"
+#include "exact/by_start.h"
 #include "optimize/search.h"
 
 using namespace optpipe;

@@ -44,17 +44,5 @@ struct [[nodiscard]] WorstCase {
 // without its offload, a WAIT without it, a forward missing), or its gates contradict its orders.
 Result<std::vector<WorstCase>> worst_case_peaks(const Problem& p, const Schedule& s);
 
-struct [[nodiscard]] Gated {
-  Schedule schedule;
-  int waits_added = 0;         // WAIT ops inserted before allocations
-  int reload_gates_added = 0;  // anchors moved later plus `after` ops added to reloads
-};
-
-// `nominal` is simulate(p, s) with op times. Devices that fit under any timing already are left
-// as they are. Until `prune_until`, each reload gate is then taken back where the device stays
-// within its budget (or nominal peak) without it, at one worst-case pass per gate: fewer gates,
-// for schedules that are kept (the optimizer's answer).
-Gated gate_for_any_timing(const Problem& p, const Schedule& s, const Timeline& nominal,
-                          std::chrono::steady_clock::time_point prune_until = {});
 
 }  // namespace optpipe

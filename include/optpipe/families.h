@@ -73,10 +73,5 @@ Result<Schedule> make_dualpipe_v(const Problem& p);
 Result<Schedule> make_pipeoffload(const Problem& p);
 Result<Schedule> make_1f1b_recompute(const Problem& p);
 
-// The PipeOffload pass, for any schedule: offloads every kept activation whose lifespan in the
-// schedule's own simulation covers the round trip with a reload time to spare (queued behind
-// earlier offloads on its channel), reloading it reload_lead reload times before its backward
-// (PipeOffload: 2; more absorbs a busy host-to-device channel, fewer activations qualify).
-Schedule add_offloads(const Problem& p, const Schedule& base, double reload_lead = 2);
 
 }  // namespace optpipe

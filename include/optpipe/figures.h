@@ -20,7 +20,4 @@ nlohmann::json noise_json(const NoiseSpec& spec, const NoiseReport& r);
 // Devices, microbatches, placement, stages, per-device budgets.
 nlohmann::json problem_summary_json(const Problem& p);
 
-bool fits_budget(const Problem& p, const Timeline& t);      // at the nominal timings
-bool fits_any_timing(const Problem& p, const Timeline& t);  // under every timing (any_timing.h)
-
 }  // namespace optpipe

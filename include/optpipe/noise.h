@@ -43,6 +43,10 @@ class NoiseSampler {
   NoiseSpec spec_;
 };
 
+// Duration factors by op id, one vector per sample (NoiseSampler): with them a schedule is scored
+// by the p90 of its makespan over those samples, as gated to fit under any timing.
+using NoiseSamples = std::vector<std::vector<double>>;
+
 struct [[nodiscard]] NoiseReport {
   int samples = 0;
   int overflowed = 0;  // as planned, some device passed its budget

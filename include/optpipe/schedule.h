@@ -43,6 +43,10 @@ struct Op {
   bool operator!=(const Op& o) const { return !(*this == o); }
 };
 
+// How long the op runs at the profile's timings: F, B, W, BW (B + W) and R on the compute
+// stream, OFFLOAD and RELOAD on the host link (Problem::offload_us, reload_us); WAIT takes none.
+double op_duration_us(const Problem& p, const Op& op);
+
 // "F3 s1": forward of microbatch 3 on stage 1. Also used in messages and the JSON format.
 std::string op_name(const Op& op);
 bool parse_op_name(const std::string& text, Op* out);
@@ -81,5 +85,18 @@ inline Op op_from_id(const Problem& p, int id) {
   const int M = p.num_microbatches, S = p.num_stages();
   return Op{static_cast<OpKind>(id / (S * M)), (id / M) % S, id % M};
 }
+
+// Editing a device's lists (src/schedule/edit.cpp).
+// Position of `op` in `ops`, or −1.
+int find_op(const std::vector<Op>& ops, const Op& op);
+// Position of the backward (B or fused BW) of (stage, microbatch) in a compute list, or −1.
+int backward_index(const std::vector<Op>& compute, int stage, int microbatch);
+// Offloads F(stage, microbatch)'s activation on `ds`, reloaded when the compute stream reaches
+// compute[anchor]; both channel lists stay in compute order (offloads by their forward, reloads
+// by their backward).
+void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor);
+// Keeps F(stage, microbatch)'s activation on the device again: its offload, reload and wait go,
+// and no reload waits for that offload any more.
+void remove_offload(DeviceSchedule& ds, int stage, int microbatch);
 
 }  // namespace optpipe

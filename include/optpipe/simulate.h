@@ -93,4 +93,10 @@ int64_t memory_delta(const Problem& p, const Op& op, bool at_start, bool recompu
 // checks it).
 SimResult simulate(const Problem& p, const Schedule& s, const SimOptions& options = {});
 
+// Every device's peak within its budget: at the nominal timings (peak_bytes), and under every
+// timing that respects the schedule's orders (worst_peak_bytes, any_timing.h; needs
+// SimOptions::any_timing).
+bool fits_budget(const Problem& p, const Timeline& t);
+bool fits_any_timing(const Problem& p, const Timeline& t);
+
 }  // namespace optpipe

@@ -42,19 +42,8 @@ struct Greedy {
     return pending_w[d].empty();
   }
 
-  double duration(const Op& op) const {
-    const StageSpec& st = p.stages[op.stage];
-    switch (op.kind) {
-      case OpKind::kF: return st.t_f_us;
-      case OpKind::kB: return st.t_b_us;
-      case OpKind::kW: return st.t_w_us;
-      case OpKind::kBW: return st.t_b_us + st.t_w_us;
-      default: return 0;
-    }
-  }
-
   void run_op(int d, const Op& op, double t) {
-    const double end = t + duration(op);
+    const double end = t + op_duration_us(p, op);
     const int k = op.stage * M + op.microbatch;
     switch (op.kind) {
       case OpKind::kF:

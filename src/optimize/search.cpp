@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "optpipe/any_timing.h"
+#include "optpipe/passes.h"
 #include "optpipe/noise.h"
 #include "optpipe/simulate.h"
 
@@ -40,48 +41,6 @@ bool score_schedule(const Problem& p, const Schedule& s, Score* out, const Noise
   return true;
 }
 
-int find_op(const std::vector<Op>& ops, const Op& op) {
-  for (size_t k = 0; k < ops.size(); k++)
-    if (ops[k] == op) return static_cast<int>(k);
-  return -1;
-}
-
-int backward_index(const std::vector<Op>& compute, int stage, int microbatch) {
-  const int b = find_op(compute, Op{OpKind::kB, stage, microbatch});
-  return b >= 0 ? b : find_op(compute, Op{OpKind::kBW, stage, microbatch});
-}
-
-void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor) {
-  // Positions of every F and backward on the device, found in one pass: the lists can hold
-  // thousands of ops, and scanning them per existing offload made repairs cubic.
-  std::unordered_map<int64_t, int> f_at, b_at;
-  auto key = [](int s, int i) { return (static_cast<int64_t>(s) << 32) | static_cast<uint32_t>(i); };
-  for (size_t k = 0; k < ds.compute.size(); k++) {
-    const Op& op = ds.compute[k];
-    if (op.kind == OpKind::kF) f_at[key(op.stage, op.microbatch)] = static_cast<int>(k);
-    if (op.kind == OpKind::kB || op.kind == OpKind::kBW) b_at[key(op.stage, op.microbatch)] = static_cast<int>(k);
-  }
-  const int f = f_at.at(key(stage, microbatch)), b = b_at.at(key(stage, microbatch));
-  size_t at = 0;
-  while (at < ds.offloads.size() && f_at.at(key(ds.offloads[at].stage, ds.offloads[at].microbatch)) < f) at++;
-  ds.offloads.insert(ds.offloads.begin() + at, Op{OpKind::kOffload, stage, microbatch});
-  at = 0;
-  while (at < ds.reloads.size() && b_at.at(key(ds.reloads[at].reload.stage, ds.reloads[at].reload.microbatch)) < b) at++;
-  ds.reloads.insert(ds.reloads.begin() + at, {Op{OpKind::kReload, stage, microbatch}, ds.compute[anchor]});
-}
-
-void remove_offload(DeviceSchedule& ds, int stage, int microbatch) {
-  if (const int w = find_op(ds.compute, Op{OpKind::kWait, stage, microbatch}); w >= 0) ds.compute.erase(ds.compute.begin() + w);
-  const Op offload{OpKind::kOffload, stage, microbatch};
-  if (const int o = find_op(ds.offloads, offload); o >= 0) ds.offloads.erase(ds.offloads.begin() + o);
-  for (size_t k = 0; k < ds.reloads.size(); k++)
-    if (ds.reloads[k].reload.stage == stage && ds.reloads[k].reload.microbatch == microbatch) {
-      ds.reloads.erase(ds.reloads.begin() + k);
-      break;
-    }
-  for (ReloadEntry& r : ds.reloads)
-    std::erase(r.after, offload);
-}
 
 namespace {
 
@@ -216,38 +175,6 @@ class Mover {
 
 }  // namespace
 
-Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluations,
-                     std::chrono::steady_clock::time_point deadline, const NoiseSamples* noise) {
-  Tidied out{s, 0, 0};
-  Score cur;
-  OPTPIPE_CHECK(score_schedule(p, s, &cur, noise), "a schedule to tidy must simulate");
-  int64_t evaluations = 0;
-  auto can_go_on = [&] { return evaluations < max_evaluations && std::chrono::steady_clock::now() < deadline; };
-  // Keeps `change` (to device d) if the schedule then overflows no more and ends no later.
-  auto keep_if_no_worse = [&](int d, const std::function<void(DeviceSchedule&)>& change) {
-    Schedule cand = out.schedule;
-    change(cand.devices[d]);
-    Score sc;
-    evaluations++;
-    if (!score_schedule(p, cand, &sc, noise) || sc.overflow_bytes > cur.overflow_bytes || sc.makespan_us > cur.makespan_us)
-      return false;
-    cur = sc;
-    out.schedule = std::move(cand);
-    return true;
-  };
-  for (int d = 0; d < p.num_devices; d++)
-    for (int k = static_cast<int>(out.schedule.devices[d].compute.size()) - 1; k >= 0 && can_go_on(); k--)
-      if (out.schedule.devices[d].compute[k].kind == OpKind::kR &&
-          keep_if_no_worse(d, [k](DeviceSchedule& ds) { ds.compute.erase(ds.compute.begin() + k); }))
-        out.recomputes_dropped++;
-  for (int d = 0; d < p.num_devices; d++)
-    for (int k = static_cast<int>(out.schedule.devices[d].offloads.size()) - 1; k >= 0 && can_go_on(); k--) {
-      const Op off = out.schedule.devices[d].offloads[k];
-      if (keep_if_no_worse(d, [&](DeviceSchedule& ds) { remove_offload(ds, off.stage, off.microbatch); }))
-        out.offloads_dropped++;
-    }
-  return out;
-}
 
 namespace {
 

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "optpipe/any_timing.h"
+#include "optpipe/passes.h"
 #include "simulate/device_orders.h"
 
 namespace optpipe {

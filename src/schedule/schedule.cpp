@@ -12,6 +12,21 @@ const char* op_kind_name(OpKind k) { return kKindNames[static_cast<int>(k)]; }
 
 bool is_compute(OpKind k) { return k != OpKind::kOffload && k != OpKind::kReload; }
 
+double op_duration_us(const Problem& p, const Op& op) {
+  const StageSpec& st = p.stages[op.stage];
+  switch (op.kind) {
+    case OpKind::kF: return st.t_f_us;
+    case OpKind::kB: return st.t_b_us;
+    case OpKind::kW: return st.t_w_us;
+    case OpKind::kBW: return st.t_b_us + st.t_w_us;
+    case OpKind::kR: return st.t_r_us;
+    case OpKind::kOffload: return p.offload_us(op.stage);
+    case OpKind::kReload: return p.reload_us(op.stage);
+    case OpKind::kWait: return 0;
+  }
+  return 0;
+}
+
 std::string op_name(const Op& op) {
   return std::string(op_kind_name(op.kind)) + std::to_string(op.microbatch) + " s" + std::to_string(op.stage);
 }

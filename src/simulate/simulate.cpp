@@ -121,20 +121,7 @@ class Sim {
   size_t num_placed_ = 0, num_ops_ = 0;
 };
 
-double Sim::duration(const Op& op) const {
-  const StageSpec& st = p_->stages[op.stage];
-  switch (op.kind) {
-    case OpKind::kF: return st.t_f_us;
-    case OpKind::kB: return st.t_b_us;
-    case OpKind::kW: return st.t_w_us;
-    case OpKind::kBW: return st.t_b_us + st.t_w_us;
-    case OpKind::kR: return st.t_r_us;
-    case OpKind::kOffload: return p_->offload_us(op.stage);
-    case OpKind::kReload: return p_->reload_us(op.stage);
-    case OpKind::kWait: return 0;
-  }
-  return 0;
-}
+double Sim::duration(const Op& op) const { return op_duration_us(*p_, op); }
 
 Status Sim::build() {
   S_ = p_->num_stages();

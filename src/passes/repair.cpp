@@ -14,6 +14,7 @@
 
 #include "optimize/search.h"
 #include "optpipe/simulate.h"
+#include "optpipe/passes.h"
 
 namespace optpipe {
 

@@ -32,10 +32,5 @@ void add_transfers_by_start(const Problem& p, const std::function<double(const O
                             const std::function<double(const Op&)>& end, std::vector<TransferTimes> transfers,
                             Schedule* s);
 
-// Simulates `s`; where a device still overflows at a reload, holds that reload until the offload
-// in flight then is done, else the compute op running then, else anchors it one compute op later;
-// at an F or R, waits first for an offload in flight then. At most `max_rounds` simulations; true
-// when `s` then fits every budget, and then it is gated to fit under any timing (any_timing.h).
-bool settle_transfers(const Problem& p, int max_rounds, Schedule* s);
 
 }  // namespace optpipe

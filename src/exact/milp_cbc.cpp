@@ -8,8 +8,9 @@
 #include <limits>
 #include <string>
 
-#include "optimize/by_start.h"
+#include "exact/by_start.h"
 #include "optpipe/milp.h"
+#include "optpipe/passes.h"
 #include "optpipe/simulate.h"
 
 namespace optpipe {
@@ -144,13 +145,7 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
         transfers.push_back({s, static_cast<int>(j) % M, off, off + p.offload_us(s), x[m.reload_start_col[j]]});
       }
     if (!transfers.empty()) {
-      auto end = [&](const Op& op) {
-        const StageSpec& st = p.stages[op.stage];
-        return start(op) + (op.kind == OpKind::kF   ? st.t_f_us
-                            : op.kind == OpKind::kB ? st.t_b_us
-                            : op.kind == OpKind::kW ? st.t_w_us
-                                                    : st.t_r_us);
-      };
+      auto end = [&](const Op& op) { return start(op) + op_duration_us(p, op); };
       add_transfers_by_start(p, start, end, std::move(transfers), &out.schedule);
       if (!settle_transfers(p, 4 * p.num_stages() * M, &out.schedule))
         out.status = Status::Internal("the MILP solution's transfers overflow a budget when simulated");

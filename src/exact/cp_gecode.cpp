@@ -9,8 +9,9 @@
 #include <cmath>
 #include <memory>
 
-#include "optimize/by_start.h"
+#include "exact/by_start.h"
 #include "optpipe/cp.h"
+#include "optpipe/passes.h"
 #include "optpipe/simulate.h"
 
 namespace optpipe {
@@ -259,9 +260,7 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
         const Op op{k, s, i};
         g.index[op_id(p, op)] = static_cast<int>(g.ops.size());
         g.ops.push_back(op);
-        const StageSpec& st = p.stages[s];
-        const double us = k == OpKind::kF ? st.t_f_us : k == OpKind::kB ? st.t_b_us : st.t_w_us;
-        g.dur.push_back(static_cast<int>(std::floor(us / g.unit_us)));
+        g.dur.push_back(static_cast<int>(std::floor(op_duration_us(p, op) / g.unit_us)));
       }
   for (int s = 0; s < S; s++) {
     g.r_dur.push_back(static_cast<int>(std::floor(p.stages[s].t_r_us / g.unit_us)));

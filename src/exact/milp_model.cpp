@@ -23,10 +23,7 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
   if (!st.ok()) return R::Error(st);
   const int S = p.num_stages(), M = p.num_microbatches, D = p.num_devices;
   const double inf = std::numeric_limits<double>::infinity();
-  auto dur = [&](OpKind k, int s) {
-    const StageSpec& g = p.stages[s];
-    return k == OpKind::kF ? g.t_f_us : k == OpKind::kB ? g.t_b_us : g.t_w_us;
-  };
+  auto dur = [&](OpKind k, int s) { return op_duration_us(p, Op{k, s, 0}); };
   auto hop = [&](int a, int b) { return p.device_of(a) == p.device_of(b) ? 0.0 : p.t_comm_us; };
   // What a recompute of stage s frees between F and R.
   auto dropped = [&](int s) { return p.stages[s].act_f_bytes - p.stages[s].act_input_bytes; };

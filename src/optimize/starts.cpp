@@ -1,0 +1,167 @@
+// The optimizer's starts: families, greedy list schedules, their offloaded, settled and repaired
+// twins.
+#include "optimize/starts.h"
+
+#include <algorithm>
+#include <set>
+
+#include "optimize/list_scheduler.h"
+#include "optpipe/passes.h"
+
+namespace optpipe {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kSettleRounds = 64;  // simulations to hold a start's transfers until it fits
+
+// A start, scored; when it overflows the budget (and there is time), also the same order with
+// every activation offloaded whose lifespan covers the round trip, which often fits outright,
+// with reloads issued two and four reload times ahead (the later ones wait less on a busy link).
+// `scored`: its score when it has been simulated already.
+void add_start(const std::string& name, FamilySchedule built, Clock::time_point deadline, std::vector<Start>* starts,
+               const Score* scored = nullptr) {
+  Score sc;
+  if (scored)
+    sc = *scored;
+  else if (!score_schedule(built.problem, built.schedule, &sc))
+    return;
+  for (int lead : {2, 4}) {
+    if (sc.overflow_bytes == 0 || Clock::now() > deadline) break;
+    Schedule offloaded = add_offloads(built.problem, built.schedule, lead);
+    Score os;
+    if (score_schedule(built.problem, offloaded, &os) && os < sc)
+      starts->push_back({name + " +offload" + (lead == 2 ? "" : "(lead 4)"), {built.problem, std::move(offloaded)}, os});
+  }
+  starts->push_back({name, std::move(built), sc});
+}
+
+// Greedy list schedules on the common placements, under activation limits from what an
+// unconstrained pipeline keeps down to one per device: starts for every budget in between. The
+// largest limits come first, on every placement, as they are the fastest once offloaded.
+void add_greedy_starts(const Problem& p, Clock::time_point deadline, bool* out_of_time, std::vector<Start>* starts) {
+  struct Placed {
+    Placement placement;
+    int v;
+    Result<Problem> problem;
+    std::vector<int> limits;  // descending
+  };
+  std::vector<Placed> placed;
+  size_t most_limits = 0;
+  for (const auto& [placement, v] : {std::pair{Placement::kLinear, 1}, {Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
+    Placed pl{placement, v, rechunk(p, placement, v), {}};
+    if (!pl.problem.ok()) continue;
+    const int most = std::min(p.num_microbatches * v, 2 * p.num_devices * v);
+    for (int k = 1;; k = std::min(most, k + std::max(1, k / 2))) {
+      pl.limits.insert(pl.limits.begin(), k);
+      if (k == most) break;
+    }
+    most_limits = std::max(most_limits, pl.limits.size());
+    placed.push_back(std::move(pl));
+  }
+  for (size_t i = 0; i < most_limits; i++) {
+    for (const Placed& pl : placed) {
+      if (i >= pl.limits.size()) continue;
+      for (bool split : {true, false}) {
+        if (Clock::now() > deadline) {
+          *out_of_time = true;
+          return;
+        }
+        ListRules rules;
+        rules.max_live.assign(p.num_devices, pl.limits[i]);
+        rules.split_backward = split;
+        Result<Schedule> s = list_schedule(pl.problem.value, rules);
+        if (!s.ok()) continue;
+        add_start(std::string("greedy ") + placement_name(pl.placement) + " v" + std::to_string(pl.v) + " live≤" +
+                      std::to_string(pl.limits[i]) + (split ? "" : " fused"),
+                  {pl.problem.value, std::move(s.value)}, deadline, starts);
+      }
+    }
+  }
+}
+
+bool has_offloads(const Schedule& s) {
+  for (const DeviceSchedule& ds : s.devices)
+    if (!ds.offloads.empty()) return true;
+  return false;
+}
+
+// The starts that still overflow, the fastest first, until the deadline: the same order with
+// its transfers held until there is room, if that fits; and with activations offloaded or
+// recomputed at every remaining peak.
+void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vector<Start>* starts) {
+  std::vector<size_t> over;
+  for (size_t i = 0; i < starts->size(); i++)
+    if ((*starts)[i].score.overflow_bytes > 0) over.push_back(i);
+  std::stable_sort(over.begin(), over.end(), [&](size_t a, size_t b) {
+    return (*starts)[a].score.makespan_us < (*starts)[b].score.makespan_us;
+  });
+  for (size_t i : over) {
+    if (Clock::now() > deadline) {
+      *out_of_time = true;
+      return;
+    }
+    // With offloads, first without any change of fate: an F, R or reload that overflows waits
+    // for an offload in flight to make room (WAIT, `after`), or a reload for the compute op
+    // running, or is issued later. If that fits, it is a start; if it only overflows less, it
+    // is repaired too, beside the original.
+    std::vector<Start> to_repair;
+    to_repair.push_back((*starts)[i]);
+    if (has_offloads(to_repair[0].built.schedule) && to_repair[0].built.schedule.num_ops() <= kLargeScheduleOps) {
+      Start settled{to_repair[0].name + " +settle", to_repair[0].built, {}};
+      const bool fits = settle_transfers(settled.built.problem, kSettleRounds, &settled.built.schedule);
+      if (score_schedule(settled.built.problem, settled.built.schedule, &settled.score) && settled.score < to_repair[0].score)
+        (fits ? *starts : to_repair).push_back(std::move(settled));
+    }
+    for (const Start& st : to_repair) {
+      const int max_rounds = 4 * st.built.problem.num_microbatches;  // simulations
+      // Fixing one peak per simulation needs too many simulations of a large schedule to finish
+      // in the time limit (D=32, M=256: ~90% of 10 s); there every overflow is fixed per round.
+      const bool every_overflow = st.built.schedule.num_ops() > kLargeScheduleOps;
+      Start repaired{st.name + " +repair",
+                     {st.built.problem, repair_memory(st.built.problem, st.built.schedule, max_rounds, every_overflow, deadline)},
+                     {}};
+      if (score_schedule(repaired.built.problem, repaired.built.schedule, &repaired.score) && repaired.score < st.score)
+        starts->push_back(std::move(repaired));
+    }
+  }
+}
+
+// The best start of each kind (placement; split or fused backwards) first, then the rest: how
+// well a start scores says little of how far the search takes it, and one kind's offloaded and
+// repaired twins must not crowd the others out of the search.
+void order_by_kind(std::vector<Start>& starts) {
+  std::vector<Start> firsts, rest;
+  std::set<std::string> kinds;
+  for (Start& st : starts) {
+    bool fused = false;
+    for (const DeviceSchedule& ds : st.built.schedule.devices)
+      for (const Op& op : ds.compute) fused = fused || op.kind == OpKind::kBW;
+    const std::string kind = std::string(placement_name(st.built.problem.placement)) + (fused ? " fused" : " split");
+    (kinds.insert(kind).second ? firsts : rest).push_back(std::move(st));
+  }
+  for (Start& st : rest) firsts.push_back(std::move(st));
+  starts = std::move(firsts);
+}
+
+}  // namespace
+
+std::vector<Start> make_starts(const Problem& p, std::vector<FamilyRun>& runs, Clock::time_point greedy_deadline,
+                               Clock::time_point deadline, bool* out_of_time) {
+  std::vector<Start> starts;
+  for (FamilyRun& run : runs)
+    if (run.status.ok()) {
+      const Score scored = score_of(run.built.problem, run.timeline);
+      add_start(run.family->name, std::move(run.built), deadline, &starts, &scored);
+    }
+  *out_of_time = Clock::now() > deadline;
+  if (!*out_of_time) add_greedy_starts(p, greedy_deadline, out_of_time, &starts);
+  if (starts.empty()) return starts;
+  add_repaired_starts(deadline, out_of_time, &starts);
+  std::stable_sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) { return a.score < b.score; });
+  order_by_kind(starts);
+  return starts;
+}
+
+}  // namespace optpipe

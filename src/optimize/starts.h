@@ -1,0 +1,33 @@
+// The optimizer's starts (private to it): every family that applies and greedy list schedules
+// under activation limits, each scored by the simulator, offloaded and repaired where it
+// overflows, ordered for the race.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "optimize/search.h"
+#include "optpipe/families.h"
+#include "optpipe/problem.h"
+
+namespace optpipe {
+
+struct Start {
+  std::string name;  // the family, or the greedy rule, it comes from
+  FamilySchedule built;
+  Score score;
+};
+
+// The families' runs (their built schedules are moved out), then greedy schedules until
+// `greedy_deadline`, then repairs of those that overflow until `deadline`; the best of each kind
+// (placement; split or fused backwards) first, then the rest by score. Empty when nothing
+// applies. `out_of_time` is set when a deadline cut the list short.
+std::vector<Start> make_starts(const Problem& p, std::vector<FamilyRun>& runs,
+                               std::chrono::steady_clock::time_point greedy_deadline,
+                               std::chrono::steady_clock::time_point deadline, bool* out_of_time);
+
+// Schedules of more ops than this are repaired every overflow per simulation, not one peak.
+constexpr size_t kLargeScheduleOps = 20000;
+
+}  // namespace optpipe
