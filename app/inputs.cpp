@@ -69,12 +69,9 @@ Result<FamilySchedule> load_schedule(const std::string& problem_path, const std:
   if (!text.ok()) return R::Error(text.status);
   Result<Schedule> s = schedule_from_json(text.value);
   if (!s.ok()) return R::Error(Status::Invalid(schedule_path + ": " + s.status.message));
-  FamilySchedule out{p.value, std::move(s.value)};
-  if (out.schedule.placement != out.problem.placement || out.schedule.chunks_per_device != out.problem.chunks_per_device) {
-    Result<Problem> re = rechunk(out.problem, out.schedule.placement, out.schedule.chunks_per_device);
-    if (!re.ok()) return R::Error(re.status);
-    out.problem = std::move(re.value);
-  }
+  Result<Problem> re = problem_for(p.value, s.value);
+  if (!re.ok()) return R::Error(re.status);
+  FamilySchedule out{std::move(re.value), std::move(s.value)};
   return R::Of(std::move(out));
 }
 

@@ -11,7 +11,7 @@
 #include <random>
 
 #include "optpipe/cost_model.h"
-#include "optpipe/figures.h"
+#include "optpipe/results_json.h"
 #include "optpipe/noise.h"
 #include "optpipe/families.h"
 #include "optpipe/json_io.h"

@@ -12,7 +12,7 @@
 #include "optpipe/cost_model.h"
 #include "optpipe/export.h"
 #include "optpipe/families.h"
-#include "optpipe/figures.h"
+#include "optpipe/results_json.h"
 #include "optpipe/json_io.h"
 #include "optpipe/noise.h"
 #include "optpipe/optimize.h"
@@ -44,10 +44,8 @@ Problem problem_arg(const py::object& problem) {
 
 // Schedule and problem, the problem re-cut when the schedule was made for another placement.
 std::pair<Problem, Schedule> pair_args(const py::object& problem, const py::object& schedule) {
-  Problem p = problem_arg(problem);
   Schedule s = value_or_raise(schedule_from_json(to_text(schedule)));
-  if (s.placement != p.placement || s.chunks_per_device != p.chunks_per_device)
-    p = value_or_raise(rechunk(p, s.placement, s.chunks_per_device));
+  Problem p = value_or_raise(problem_for(problem_arg(problem), s));
   return {std::move(p), std::move(s)};
 }
 
@@ -62,18 +60,7 @@ Timeline checked(const Problem& p, const Schedule& s, const SimOptions& sim) {
 PYBIND11_MODULE(optpipe, m) {
   m.doc() = "optpipe: pipeline-parallel schedules under a memory budget";
 
-  m.def("families", [] {
-    py::list out;
-    for (const Family& f : families()) {
-      py::dict d;
-      d["name"] = f.name;
-      d["placement"] = placement_name(f.placement);
-      d["chunks_per_device"] = f.chunks_per_device;
-      d["description"] = f.description;
-      out.append(d);
-    }
-    return out;
-  }, "The schedule families: name, placement, chunks per device, description.");
+  m.def("families", [] { return to_dict(families_json().dump()); }, "The schedule families: name, placement, chunks per device, description.");
 
   m.def("default_problem", [] { return to_dict(problem_to_json(default_problem())); },
         "The built-in problem, as a dict in optpipe.problem/1 form.");
@@ -111,27 +98,15 @@ PYBIND11_MODULE(optpipe, m) {
       r = optimize(p, o);
     }
     if (!r.status.ok()) throw py::value_error(r.status.message);
-    py::dict out;
-    out["outcome"] = outcome_name(r.outcome);
+    py::dict out = to_dict(optimize_json(r, o).dump());
     out["problem"] = to_dict(problem_to_json(r.problem));
     out["schedule"] = to_dict(schedule_to_json(r.schedule));
-    out["figures"] = to_dict(timeline_json(r.problem, r.timeline).dump());
-    out["lower_bound_us"] = r.lower_bound_us;
-    out["gap"] = r.gap;
-    out["needed_budget_bytes"] = r.needed_budget_bytes;
-    out["best_family"] = r.stats.baseline_family;
-    out["best_family_makespan_us"] = r.stats.baseline_makespan_us;
-    out["evaluations"] = r.stats.evaluations;
-    out["wall_s"] = r.stats.wall_s;
-    out["timing"] = timing;
-    out["waits_added"] = r.stats.waits_added;
-    out["reload_gates_added"] = r.stats.reload_gates_added;
     return out;
   }, py::arg("problem") = py::none(), py::arg("time_limit_s") = 10.0, py::arg("seed") = 0, py::arg("threads") = 1,
      py::arg("max_evaluations") = 0, py::arg("exact") = false, py::arg("timing") = "any", py::arg("robust") = 0.0,
      py::arg("robust_samples") = 8,
      "The fastest schedule found that fits (timing=\"any\": under any timing; \"exact\": at the profile's timings): "
-     "outcome, problem, schedule, figures, bound, gap, the best family for comparison. robust=σ prefers the schedule "
+     "its figures (as simulate()), outcome, bound, gap, best_family for comparison, stats, problem and schedule. robust=σ prefers the schedule "
      "whose p90 makespan under that jitter is least.");
 
   m.def("evaluate_noise", [](const py::object& problem, const py::object& schedule, double sigma, double profile_error,

@@ -1,298 +1,18 @@
 #include "engine.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <malloc.h>
-
-#include <chrono>
-#include <condition_variable>
-#include <functional>
-#include <limits>
-#include <mutex>
+#include <algorithm>
+#include <exception>
 #include <thread>
+#include <utility>
+
+#include "check.h"
+#include "transfers.h"
 
 namespace optpipe::runtime {
 
 namespace {
-
-struct Failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-std::string seconds(double s) {
-  char buf[32];
-  snprintf(buf, sizeof buf, "%g s", s);
-  return buf;
-}
-
-// Everything one iteration shares between the compute stream and the two transfer workers.
-class Iteration {
- public:
-  Iteration(const Problem& p, int device, double timeout_s)
-      : p_(p),
-        timeout_s_(timeout_s),
-        S_(p.num_stages()),
-        M_(p.num_microbatches),
-        budget_bytes_(p.devices[device].mem_budget_bytes - p.devices[device].static_bytes) {
-    const size_t n = static_cast<size_t>(S_) * M_;
-    f_stash_.resize(n);
-    f_done_.assign(n, false);
-    offloaded_.assign(n, false);
-    reloaded_.assign(n, false);
-    started_.assign(num_op_ids(p), false);
-    finished_.assign(num_op_ids(p), false);
-    record_.start_us = monotonic_us();
-    record_.memory.push_back({record_.start_us, 0});
-  }
-
-  size_t slot(int s, int i) const { return static_cast<size_t>(s) * M_ + i; }
-
-  // Blocks until `ready()` (called under the lock) or failure; a timeout is a failure, and so
-  // is a wait no thread of this rank can end: every thread that is still running waits here,
-  // and none of their conditions holds (say, room for a forward that only a later backward
-  // would free, with no offload in flight) — that fails at once, not after the timeout.
-  void wait_for(const std::function<bool()>& ready, const std::string& what) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
-    waiters_.push_back({&ready, &what});
-    struct Leave {
-      std::vector<Waiter>& waiters;
-      const std::string* what;
-      ~Leave() {
-        for (size_t k = 0; k < waiters.size(); k++)
-          if (waiters[k].what == what) {
-            waiters.erase(waiters.begin() + k);
-            break;
-          }
-      }
-    } leave{waiters_, &what};
-    while (!failed_ && !ready()) {
-      if (stuck()) {
-        std::string all;
-        for (const Waiter& w : waiters_) all += (all.empty() ? "" : "; ") + *w.what;
-        const std::string why = "no thread of this rank can go on (waiting for: " + all +
-                                "): the measured activations outgrow the problem's figures, or the schedule's "
-                                "offloads cannot make room";
-        error_ = why;
-        failed_ = true;
-        cv_.notify_all();
-        throw Failure(why);
-      }
-      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !ready())
-        throw Failure("timed out after " + seconds(timeout_s_) + " waiting for " + what);
-    }
-    if (failed_) throw Failure("stopped: another thread of this rank failed");
-  }
-
-  // A thread of this rank (the compute stream, a transfer worker) is done with its list.
-  void thread_done() {
-    std::lock_guard<std::mutex> lock(mu_);
-    running_--;
-    cv_.notify_all();
-  }
-
-  void fail(const std::string& why) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!failed_) error_ = why;
-    failed_ = true;
-    cv_.notify_all();
-  }
-  bool failed() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return failed_;
-  }
-  std::string error() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return error_;
-  }
-
-  // Adds `delta` live activation bytes at `time_us`.
-  void account(double time_us, int64_t delta) {
-    std::lock_guard<std::mutex> lock(mu_);
-    account_locked(time_us, delta);
-  }
-
-  // The budget holds whatever the timing: an allocation of `bytes` (the problem's figure, as the
-  // simulator counts it at the op's start) waits until frees in flight (offloads) make room.
-  // How long it held each allocation is recorded: a schedule that fits under any timing
-  // (any_timing.h) is never held here, only by its own WAITs and `after` ops.
-  void allocate(int64_t bytes, const std::string& what) {
-    auto room = [&] { return live_bytes_ + bytes <= budget_bytes_; };
-    const double asked_us = monotonic_us();
-    // Checked and taken under one lock: another thread may take the room a wait saw.
-    for (bool held = false;; held = true) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (room()) {
-          const double now_us = monotonic_us();
-          if (held) {
-            record_.gate_holds++;
-            record_.gate_held_us += now_us - asked_us;
-          }
-          account_locked(now_us, bytes);
-          return;
-        }
-      }
-      wait_for(room, "room for " + what + " within the budget (" + std::to_string(bytes) + " bytes more)");
-    }
-  }
-
-  void record(const Op& op, double start_us, double end_us) {
-    std::lock_guard<std::mutex> lock(mu_);
-    record_.ops.push_back({op, start_us, end_us});
-  }
-
-  void mark_started(const Op& op) {
-    std::lock_guard<std::mutex> lock(mu_);
-    started_[op_id(p_, op)] = true;
-    cv_.notify_all();
-  }
-  void mark_finished(const Op& op) {
-    std::lock_guard<std::mutex> lock(mu_);
-    finished_[op_id(p_, op)] = true;
-    cv_.notify_all();
-  }
-
-  // The compute stream publishes F(s,i)'s stash; the offload worker may then move it.
-  void put_stash(int s, int i, Stash stash) {
-    std::lock_guard<std::mutex> lock(mu_);
-    f_stash_[slot(s, i)] = std::move(stash);
-    f_done_[slot(s, i)] = true;
-    cv_.notify_all();
-  }
-  Stash take_stash(int s, int i) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return std::move(f_stash_[slot(s, i)]);
-  }
-  Stash& stash_for_recompute(int s, int i) { return f_stash_[slot(s, i)]; }  // compute stream only
-
-  // Device→host worker: each offload after its F, in schedule order.
-  void run_offloads(const std::vector<Op>& offloads) {
-    try {
-      for (const Op& op : offloads) {
-        const size_t k = slot(op.stage, op.microbatch);
-        wait_for([&] { return f_done_[k]; }, "F" + std::to_string(op.microbatch) + " s" + std::to_string(op.stage));
-        const double start = monotonic_us();
-        std::vector<at::Tensor> device_copy;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          device_copy = f_stash_[k].tensors;
-        }
-        std::vector<at::Tensor> host;
-        for (const at::Tensor& t : device_copy) host.push_back(t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
-        const int64_t bytes = stash_bytes(device_copy);
-        device_copy.clear();
-        const double end = monotonic_us();
-        std::lock_guard<std::mutex> lock(mu_);
-        f_stash_[k].tensors = std::move(host);
-        offloaded_[k] = true;
-        account_locked(end, -bytes);
-        record_.ops.push_back({op, start, end});
-        cv_.notify_all();
-      }
-    } catch (const std::exception& e) {
-      fail(std::string("offload: ") + e.what());
-    }
-    thread_done();
-  }
-
-  // Host→device worker: each reload once its anchor has started and its offload is done.
-  void run_reloads(const std::vector<ReloadEntry>& reloads, const at::Device& device) {
-    try {
-      for (const ReloadEntry& r : reloads) {
-        const size_t k = slot(r.reload.stage, r.reload.microbatch);
-        const int anchor = op_id(p_, r.anchor);
-        // The ops whose ends make room, if any: offloads, or compute ops of this rank.
-        auto room_made = [&] {
-          for (const Op& x : r.after)
-            if (!(x.kind == OpKind::kOffload ? offloaded_[slot(x.stage, x.microbatch)] : finished_[op_id(p_, x)]))
-              return false;
-          return true;
-        };
-        std::string after_names;
-        for (const Op& x : r.after) after_names += " and " + op_name(x);
-        wait_for([&] { return started_[anchor] && offloaded_[k] && room_made(); },
-                 "the anchor " + op_name(r.anchor) + " of " + op_name(r.reload) +
-                     after_names);
-        const int64_t predicted = p_.stages[r.reload.stage].act_f_bytes;
-        allocate(predicted, op_name(r.reload));
-        const double start = monotonic_us();
-        std::vector<at::Tensor> host;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          host = f_stash_[k].tensors;
-          account_locked(start, stash_bytes(host) - predicted);
-        }
-        std::vector<at::Tensor> back;
-        for (const at::Tensor& t : host) back.push_back(t.to(device, false, true));
-        const double end = monotonic_us();
-        std::lock_guard<std::mutex> lock(mu_);
-        f_stash_[k].tensors = std::move(back);
-        reloaded_[k] = true;
-        record_.ops.push_back({r.reload, start, end});
-        cv_.notify_all();
-      }
-    } catch (const std::exception& e) {
-      fail(std::string("reload: ") + e.what());
-    }
-    thread_done();
-  }
-
-  void wait_offloaded(int s, int i) {
-    const size_t k = slot(s, i);
-    wait_for([&] { return offloaded_[k]; }, "the offload of F" + std::to_string(i) + " s" + std::to_string(s));
-  }
-  void wait_reloaded(int s, int i) {
-    const size_t k = slot(s, i);
-    wait_for([&] { return reloaded_[k]; }, "the reload of F" + std::to_string(i) + " s" + std::to_string(s));
-  }
-
-  IterationRecord finish() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return std::move(record_);
-  }
-
- private:
-  // Every running thread waits, and no wait can end. Called under the lock.
-  bool stuck() const {
-    if (static_cast<int>(waiters_.size()) < running_) return false;
-    for (const Waiter& w : waiters_)
-      if ((*w.ready)()) return false;
-    return true;
-  }
-
-  void account_locked(double time_us, int64_t delta) {
-    live_bytes_ += delta;
-    record_.memory.push_back({time_us, live_bytes_});
-    record_.peak_activation_bytes = std::max(record_.peak_activation_bytes, live_bytes_);
-  }
-
-  const Problem& p_;
-  double timeout_s_;
-  int S_, M_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool failed_ = false;
-  std::string error_;
-  std::vector<Stash> f_stash_;
-  std::vector<bool> f_done_, offloaded_, reloaded_, started_, finished_;
-  int64_t budget_bytes_;  // for activations: the device's budget less its static bytes
-  int64_t live_bytes_ = 0;
-  IterationRecord record_;
-  struct Waiter {
-    const std::function<bool()>* ready;
-    const std::string* what;
-  };
-  std::vector<Waiter> waiters_;
-  int running_ = 3;  // the compute stream and the two transfer workers
-};
-
-// c10 appends a backtrace to its messages: the first line says what happened.
-std::string first_line(std::string msg) {
-  if (size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-  return msg;
-}
 
 struct Peer {
   int rank = -1;
@@ -300,292 +20,326 @@ struct Peer {
   c10::intrusive_ptr<c10d::Work> work;
 };
 
+// What one iteration's compute ops read and leave for later ones; vectors are indexed by slot.
+struct Pass {
+  Pass(IterationState& state, std::vector<Batch> batches, size_t num_slots)
+      : state(state),
+        batches(std::move(batches)),
+        act_in(num_slots),
+        grad_in(num_slots),
+        local_act(num_slots),
+        local_grad(num_slots),
+        w_stash(num_slots) {}
+
+  IterationState& state;
+  std::vector<Batch> batches;
+  std::vector<Peer> act_in, grad_in;              // from peers: activations into F, gradients into B/BW
+  std::vector<at::Tensor> local_act, local_grad;  // from a chunk on this rank
+  std::vector<std::pair<at::Tensor, c10::intrusive_ptr<c10d::Work>>> sends;  // kept alive until they complete
+  std::vector<WeightStash> w_stash;
+  double loss = 0;
+};
+
+// One rank over its iterations: the chunks it holds and their optimizer state.
+class RankLoop {
+ public:
+  RankLoop(const Problem& p, const Schedule& s, const GptConfig& cfg, const Group& group, const EngineOptions& options);
+  Status run_iteration(int it, RankReport* report);
+
+ private:
+  size_t slot(int st, int i) const { return static_cast<size_t>(st) * M_ + i; }
+  void post_receives(Pass* pass);
+  std::string run_compute_stream(int it, Pass* pass);
+  void run_compute_op(const Op& op, Pass* pass);
+  void take_inputs(const Op& op, const std::string& what, Pass* pass, at::Tensor* input, at::Tensor* grad_output);
+  void run_forward(const Op& op, const at::Tensor& input, double start_us, Pass* pass);
+  void run_backward(const Op& op, const at::Tensor& grad_output, double start_us, Pass* pass);
+  void run_weight(const Op& op, double start_us, Pass* pass);
+  void send(const at::Tensor& t, int dst, int tag, Pass* pass);
+
+  const Problem& p_;
+  const GptConfig& cfg_;
+  const EngineOptions& options_;
+  c10d::ProcessGroupGloo* pg_;
+  const DeviceSchedule& ds_;
+  const int d_, S_, M_;
+  const double timeout_s_;
+  const at::Device device_{at::kCPU};
+  const std::string me_;
+  std::vector<ChunkParams> params_;
+  std::vector<AdamState> adam_;
+  std::vector<bool> recomputed_, offloaded_;  // per slot: this rank recomputes / offloads F(s,i)
+};
+
+RankLoop::RankLoop(const Problem& p, const Schedule& s, const GptConfig& cfg, const Group& group,
+                   const EngineOptions& options)
+    : p_(p),
+      cfg_(cfg),
+      options_(options),
+      pg_(group.pg.get()),
+      ds_(s.devices[group.rank]),
+      d_(group.rank),
+      S_(p.num_stages()),
+      M_(p.num_microbatches),
+      timeout_s_(group.timeout_s),
+      me_("rank " + std::to_string(group.rank)) {
+  // Chunks of this device, and the whole model when checking against the reference.
+  const std::vector<ChunkLayout> layouts = chunk_layouts(cfg, S_);
+  params_.resize(S_);
+  adam_.resize(S_);
+  for (int st = 0; st < S_; st++)
+    if (p.device_of(st) == d_ || options.check) params_[st] = init_chunk(cfg, layouts[st]);
+
+  recomputed_.assign(static_cast<size_t>(S_) * M_, false);
+  offloaded_.assign(static_cast<size_t>(S_) * M_, false);
+  for (const Op& op : ds_.compute)
+    if (op.kind == OpKind::kR) recomputed_[slot(op.stage, op.microbatch)] = true;
+  for (const Op& op : ds_.offloads) offloaded_[slot(op.stage, op.microbatch)] = true;
+
+  // Room for the predicted peak of activations and for the temporaries of the ops.
+  const int64_t activation_budget_bytes = p.devices[d_].mem_budget_bytes - p.devices[d_].static_bytes;
+  reserve_heap(std::min<int64_t>(p.every_activation_bytes(d_), activation_budget_bytes) + (64 << 20));
+}
+
+Status RankLoop::run_iteration(int it, RankReport* report) {
+  try {
+    wait_work(pg_->barrier(), timeout_s_, me_ + ": start barrier of iteration " + std::to_string(it));
+  } catch (const std::exception& e) {
+    return Status::Invalid(e.what());
+  }
+  for (int st = 0; st < S_; st++)
+    if (p_.device_of(st) == d_) zero_grads(&params_[st]);
+  std::vector<Batch> batches;
+  for (int i = 0; i < M_; i++) batches.push_back(make_batch(cfg_, it, i));
+
+  // Made after the batches: it stamps the iteration's start.
+  IterationState state(p_, d_, timeout_s_);
+  Pass pass(state, std::move(batches), static_cast<size_t>(S_) * M_);
+  post_receives(&pass);
+  std::thread offload_worker([&] { state.run_offloads(ds_.offloads); });
+  std::thread reload_worker([&] { state.run_reloads(ds_.reloads, device_); });
+  std::string error = run_compute_stream(it, &pass);
+  state.thread_done();
+  offload_worker.join();
+  reload_worker.join();
+  if (error.empty() && state.failed()) error = me_ + ": " + state.error();
+  if (!error.empty()) return Status::Invalid(error);
+
+  // Everyone learns the loss from the last stage's rank; this also ends the iteration.
+  at::Tensor loss_t = at::full({1}, pass.loss, at::kDouble);
+  try {
+    std::vector<at::Tensor> bufs{loss_t};
+    wait_work(pg_->allreduce(bufs), timeout_s_, me_ + ": end of iteration " + std::to_string(it));
+  } catch (const std::exception& e) {
+    return Status::Invalid(e.what());
+  }
+  IterationRecord rec = state.finish();
+  rec.loss = loss_t.item<double>();
+  report->iterations.push_back(std::move(rec));
+
+  if (options_.check && it == 0) {
+    report->checked = true;
+    report->check = check_gradients(p_, d_, cfg_, params_, it, report->iterations.back().loss);
+  }
+  for (int st = 0; st < S_; st++)
+    if (p_.device_of(st) == d_) adam_step(&params_[st], &adam_[st], options_.lr);
+  return Status::Ok();
+}
+
+// Every receive of the iteration is posted before its first op (see engine.h: no deadlock a
+// simulation would not show).
+void RankLoop::post_receives(Pass* pass) {
+  const int64_t b = cfg_.microbatch_size, T = cfg_.model.seq_len, h = cfg_.model.hidden;
+  for (const Op& op : ds_.compute) {
+    const size_t k = slot(op.stage, op.microbatch);
+    Peer* peer = nullptr;
+    int src = -1, tag = 0;
+    if (op.kind == OpKind::kF && op.stage > 0 && p_.device_of(op.stage - 1) != d_) {
+      peer = &pass->act_in[k], src = p_.device_of(op.stage - 1), tag = op_id(p_, op);
+    } else if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && op.stage < S_ - 1 &&
+               p_.device_of(op.stage + 1) != d_) {
+      peer = &pass->grad_in[k], src = p_.device_of(op.stage + 1);
+      tag = op_id(p_, {OpKind::kB, op.stage, op.microbatch});
+    }
+    if (!peer) continue;
+    peer->rank = src;
+    peer->buffer = at::empty({b, T, h});
+    std::vector<at::Tensor> bufs{peer->buffer};
+    peer->work = pg_->recv(bufs, src, tag);
+  }
+}
+
+// The compute stream: the rank's compute ops in schedule order, then its sends drained. Returns
+// what went wrong ("" when nothing did); a failure also stops the transfer workers.
+std::string RankLoop::run_compute_stream(int it, Pass* pass) {
+  int ops_done = 0;
+  try {
+    for (const Op& op : ds_.compute) {
+      if (options_.before_op) options_.before_op(it, ops_done);
+      run_compute_op(op, pass);
+      ops_done++;
+    }
+    for (auto& [t, work] : pass->sends) wait_work(work, timeout_s_, me_ + ": sending to a peer");
+  } catch (const std::exception& e) {
+    const std::string error = e.what();
+    pass->state.fail(error);
+    return error;
+  }
+  return "";
+}
+
+void RankLoop::run_compute_op(const Op& op, Pass* pass) {
+  IterationState& state = pass->state;
+  const int st = op.stage, i = op.microbatch;
+  if (op.kind == OpKind::kWait) {
+    state.wait_offloaded(st, i);
+    const double now = monotonic_us();
+    state.mark_started(op);
+    state.record(op, now, now);
+    state.mark_finished(op);
+    return;
+  }
+  const std::string what = me_ + ": " + op_name(op);
+  // Inputs first, so the op's recorded time is compute only.
+  at::Tensor input, grad_output;
+  take_inputs(op, what, pass, &input, &grad_output);
+  if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && offloaded_[slot(st, i)]) state.wait_reloaded(st, i);
+  OPTPIPE_CHECK(input.defined() || (op.kind != OpKind::kF && op.kind != OpKind::kR), what + ": no input");
+
+  const StageSpec& spec = p_.stages[st];
+  if (op.kind == OpKind::kF) state.allocate(spec.act_f_bytes, op_name(op));
+  if (op.kind == OpKind::kR) state.allocate(spec.act_f_bytes - spec.act_input_bytes, op_name(op));
+  state.mark_started(op);
+  const double start_us = monotonic_us();
+  switch (op.kind) {
+    case OpKind::kF:
+    case OpKind::kR: run_forward(op, input, start_us, pass); break;
+    case OpKind::kB:
+    case OpKind::kBW: run_backward(op, grad_output, start_us, pass); break;
+    case OpKind::kW: run_weight(op, start_us, pass); break;
+    default: OPTPIPE_CHECK(false, what + ": not a compute op");
+  }
+  state.mark_finished(op);
+}
+
+// F and R take an input, B and BW an output gradient (none at the last stage); a peer's comes
+// over c10d, a chunk of this rank leaves its own in the pass.
+void RankLoop::take_inputs(const Op& op, const std::string& what, Pass* pass, at::Tensor* input,
+                           at::Tensor* grad_output) {
+  const int st = op.stage, i = op.microbatch;
+  const size_t k = slot(st, i);
+  if (op.kind == OpKind::kF || op.kind == OpKind::kR) {
+    const Peer& peer = pass->act_in[k];
+    if (st == 0) {
+      *input = pass->batches[i].tokens;
+    } else if (op.kind == OpKind::kR) {
+      *input = pass->state.stash_for_recompute(st, i).tensors.at(0);
+    } else if (peer.work) {
+      wait_work(peer.work, timeout_s_, what + ": waiting for the activation from rank " + std::to_string(peer.rank));
+      *input = peer.buffer;
+    } else {
+      *input = pass->local_act[k];
+    }
+  }
+  if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && st < S_ - 1) {
+    const Peer& peer = pass->grad_in[k];
+    if (peer.work) {
+      wait_work(peer.work, timeout_s_, what + ": waiting for the gradient from rank " + std::to_string(peer.rank));
+      *grad_output = peer.buffer;
+    } else {
+      *grad_output = pass->local_grad[k];
+    }
+  }
+}
+
+// F or R. The problem's bytes, allocated before the op, become the measured ones here; a stash
+// that will be recomputed keeps only its input, and R's stash replaces that input.
+void RankLoop::run_forward(const Op& op, const at::Tensor& input, double start_us, Pass* pass) {
+  IterationState& state = pass->state;
+  const int st = op.stage, i = op.microbatch;
+  const StageSpec& spec = p_.stages[st];
+  at::Tensor out;
+  Stash stash = forward(cfg_, params_[st], input, pass->batches[i], &out);
+  const int64_t full = stash_bytes(stash.tensors);
+  const double end = monotonic_us();
+  if (op.kind == OpKind::kF) {
+    state.account(end, full - spec.act_f_bytes);  // measured instead of predicted
+    if (recomputed_[slot(st, i)]) {
+      stash.tensors.resize(1);
+      state.account(end, stash_bytes(stash.tensors) - full);
+    }
+    if (params_[st].layout.head) {
+      pass->loss += out.item<double>();
+    } else if (p_.device_of(st + 1) != d_) {
+      send(out, p_.device_of(st + 1), op_id(p_, {OpKind::kF, st + 1, i}), pass);
+    } else {
+      pass->local_act[slot(st + 1, i)] = out;
+    }
+    state.put_stash(st, i, std::move(stash));
+  } else {
+    state.account(end, full - stash_bytes(state.stash_for_recompute(st, i).tensors) -
+                           (spec.act_f_bytes - spec.act_input_bytes));
+    state.stash_for_recompute(st, i) = std::move(stash);
+  }
+  state.record(op, start_us, end);
+}
+
+// B or BW: F's stash becomes the input gradient, and for B what W still needs.
+void RankLoop::run_backward(const Op& op, const at::Tensor& grad_output, double start_us, Pass* pass) {
+  IterationState& state = pass->state;
+  const int st = op.stage, i = op.microbatch;
+  Stash stash = state.take_stash(st, i);
+  const int64_t f_bytes = stash_bytes(stash.tensors);
+  WeightStash& w = pass->w_stash[slot(st, i)];
+  at::Tensor dx = backward_input(cfg_, &params_[st], std::move(stash), grad_output, pass->batches[i], &w);
+  if (st > 0) {
+    if (p_.device_of(st - 1) != d_) {
+      send(dx, p_.device_of(st - 1), op_id(p_, {OpKind::kB, st - 1, i}), pass);
+    } else {
+      pass->local_grad[slot(st - 1, i)] = dx;
+    }
+  }
+  int64_t delta = -f_bytes;
+  if (op.kind == OpKind::kBW) {
+    backward_weight(&params_[st], std::move(w));
+    w = WeightStash();
+  } else {
+    delta += stash_bytes(w);
+  }
+  const double end = monotonic_us();
+  state.account(end, delta);
+  state.record(op, start_us, end);
+}
+
+void RankLoop::run_weight(const Op& op, double start_us, Pass* pass) {
+  WeightStash& w = pass->w_stash[slot(op.stage, op.microbatch)];
+  const int64_t w_bytes = stash_bytes(w);
+  backward_weight(&params_[op.stage], std::move(w));
+  w = WeightStash();
+  const double end = monotonic_us();
+  pass->state.account(end, -w_bytes);
+  pass->state.record(op, start_us, end);
+}
+
+// Sent as soon as the op ends; waited for only at the end of the iteration.
+void RankLoop::send(const at::Tensor& t, int dst, int tag, Pass* pass) {
+  std::vector<at::Tensor> bufs{t.contiguous()};
+  pass->sends.emplace_back(bufs[0], pg_->send(bufs, dst, tag));
+}
+
 }  // namespace
-
-void wait_work(const c10::intrusive_ptr<c10d::Work>& work, double timeout_s, const std::string& what) {
-  try {
-    work->wait(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-  } catch (const std::exception& e) {
-    throw std::runtime_error(what + ": " + first_line(e.what()));
-  }
-}
-
-Result<Group> join_group(const RankSetup& setup, double timeout_s) {
-  using R = Result<Group>;
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  try {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(setup.master_port);
-    so.isServer = setup.rank == 0;
-    so.numWorkers = setup.world_size;
-    so.timeout = timeout;
-    auto store = c10::make_intrusive<c10d::TCPStore>(setup.master_addr, so);
-    auto pg_options = c10d::ProcessGroupGloo::Options::create(timeout);
-    pg_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(setup.master_addr));
-    return R::Of(Group{c10::make_intrusive<c10d::ProcessGroupGloo>(store, setup.rank, setup.world_size, pg_options),
-                       setup.rank, setup.world_size, timeout_s});
-  } catch (const std::exception& e) {
-    return R::Error(Status::Invalid("rank " + std::to_string(setup.rank) + ": cannot join the process group at " +
-                                    setup.master_addr + ":" + std::to_string(setup.master_port) + " within " +
-                                    seconds(timeout_s) + ": " + first_line(e.what())));
-  }
-}
-
-void keep_freed_memory() {
-  mallopt(M_ARENA_MAX, 1);
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-}
-
-void reserve_heap(int64_t bytes) {
-  constexpr int64_t kBlock = 4 << 20;
-  std::vector<char*> blocks;
-  for (int64_t done = 0; done < bytes; done += kBlock) {
-    char* b = static_cast<char*>(std::malloc(kBlock));
-    if (!b) break;
-    for (int64_t i = 0; i < kBlock; i += 4096) reinterpret_cast<volatile char*>(b)[i] = 0;
-    blocks.push_back(b);
-  }
-  for (char* b : blocks) std::free(b);
-}
 
 Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig& cfg, const Group& group,
                             const EngineOptions& options) {
   using R = Result<RankReport>;
-  const int d = group.rank, S = p.num_stages(), M = p.num_microbatches;
-  const double timeout_s = group.timeout_s;
   if (group.world_size != p.num_devices)
     return R::Error(Status::Invalid("world size " + std::to_string(group.world_size) + " but the problem has " +
                                     std::to_string(p.num_devices) + " devices"));
-
-  const at::Device device(at::kCPU);
-  const std::string me = "rank " + std::to_string(d);
-
-  // Chunks of this device, and the whole model when checking against the reference.
-  const std::vector<ChunkLayout> layouts = chunk_layouts(cfg, S);
-  std::vector<ChunkParams> params(S);
-  std::vector<AdamState> adam(S);
-  for (int st = 0; st < S; st++)
-    if (p.device_of(st) == d || options.check) params[st] = init_chunk(cfg, layouts[st]);
-
-  c10d::ProcessGroupGloo* pg = group.pg.get();
-  const DeviceSchedule& ds = s.devices[d];
-  std::vector<bool> recomputed(static_cast<size_t>(S) * M, false), offloaded(static_cast<size_t>(S) * M, false);
-  for (const Op& op : ds.compute)
-    if (op.kind == OpKind::kR) recomputed[op.stage * M + op.microbatch] = true;
-  for (const Op& op : ds.offloads) offloaded[op.stage * M + op.microbatch] = true;
-  const int64_t b = cfg.microbatch_size, T = cfg.model.seq_len, h = cfg.model.hidden;
-
-  // Room for the predicted peak of activations and for the temporaries of the ops.
-  reserve_heap(std::min<int64_t>(p.every_activation_bytes(d), p.devices[d].mem_budget_bytes - p.devices[d].static_bytes) +
-               (64 << 20));
-
+  RankLoop rank(p, s, cfg, group, options);
   RankReport report;
-  report.rank = d;
-  for (int it = 0; it < options.iterations; it++) {
-    try {
-      wait_work(pg->barrier(), timeout_s, me + ": start barrier of iteration " + std::to_string(it));
-    } catch (const std::exception& e) {
-      return R::Error(Status::Invalid(e.what()));
-    }
-    for (int st = 0; st < S; st++)
-      if (p.device_of(st) == d) zero_grads(&params[st]);
-    std::vector<Batch> batches;
-    for (int i = 0; i < M; i++) batches.push_back(make_batch(cfg, it, i));
-
-    Iteration state(p, d, timeout_s);
-    // Post every receive of the iteration: activations into F, gradients into B/BW.
-    std::vector<Peer> act_in(static_cast<size_t>(S) * M), grad_in(static_cast<size_t>(S) * M);
-    std::vector<at::Tensor> local_act(static_cast<size_t>(S) * M), local_grad(static_cast<size_t>(S) * M);
-    for (const Op& op : ds.compute) {
-      const size_t k = static_cast<size_t>(op.stage) * M + op.microbatch;
-      Peer* peer = nullptr;
-      int src = -1, tag = 0;
-      if (op.kind == OpKind::kF && op.stage > 0 && p.device_of(op.stage - 1) != d) {
-        peer = &act_in[k], src = p.device_of(op.stage - 1), tag = op_id(p, op);
-      } else if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && op.stage < S - 1 && p.device_of(op.stage + 1) != d) {
-        peer = &grad_in[k], src = p.device_of(op.stage + 1), tag = op_id(p, {OpKind::kB, op.stage, op.microbatch});
-      }
-      if (!peer) continue;
-      peer->rank = src;
-      peer->buffer = at::empty({b, T, h});
-      std::vector<at::Tensor> bufs{peer->buffer};
-      peer->work = pg->recv(bufs, src, tag);
-    }
-    std::vector<std::pair<at::Tensor, c10::intrusive_ptr<c10d::Work>>> sends;
-    auto send = [&](const at::Tensor& t, int dst, int tag) {
-      std::vector<at::Tensor> bufs{t.contiguous()};
-      sends.emplace_back(bufs[0], pg->send(bufs, dst, tag));
-    };
-
-    std::thread offload_worker([&] { state.run_offloads(ds.offloads); });
-    std::thread reload_worker([&] { state.run_reloads(ds.reloads, device); });
-    std::vector<WeightStash> w_stash(static_cast<size_t>(S) * M);
-    double loss = 0;
-    std::string error;
-    int ops_done = 0;
-    try {
-      for (const Op& op : ds.compute) {
-        if (options.before_op) options.before_op(it, ops_done);
-        const int st = op.stage, i = op.microbatch;
-        if (op.kind == OpKind::kWait) {
-          state.wait_offloaded(st, i);
-          const double now = monotonic_us();
-          state.mark_started(op);
-          state.record(op, now, now);
-          state.mark_finished(op);
-          ops_done++;
-          continue;
-        }
-        const size_t k = static_cast<size_t>(st) * M + i;
-        ChunkParams& chunk = params[st];
-        const std::string what = me + ": " + op_name(op);
-        // Inputs first, so the op's recorded time is compute only.
-        at::Tensor input, grad_output;
-        if (op.kind == OpKind::kF || op.kind == OpKind::kR) {
-          if (st == 0) {
-            input = batches[i].tokens;
-          } else if (op.kind == OpKind::kR) {
-            input = state.stash_for_recompute(st, i).tensors.at(0);
-          } else if (act_in[k].work) {
-            wait_work(act_in[k].work, timeout_s,
-                      what + ": waiting for the activation from rank " + std::to_string(act_in[k].rank));
-            input = act_in[k].buffer;
-          } else {
-            input = local_act[k];
-          }
-        }
-        if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && st < S - 1) {
-          if (grad_in[k].work) {
-            wait_work(grad_in[k].work, timeout_s,
-                      what + ": waiting for the gradient from rank " + std::to_string(grad_in[k].rank));
-            grad_output = grad_in[k].buffer;
-          } else {
-            grad_output = local_grad[k];
-          }
-        }
-        if ((op.kind == OpKind::kB || op.kind == OpKind::kBW) && offloaded[k]) state.wait_reloaded(st, i);
-        OPTPIPE_CHECK(input.defined() || (op.kind != OpKind::kF && op.kind != OpKind::kR), what + ": no input");
-
-        const StageSpec& spec = p.stages[st];
-        if (op.kind == OpKind::kF) state.allocate(spec.act_f_bytes, op_name(op));
-        if (op.kind == OpKind::kR) state.allocate(spec.act_f_bytes - spec.act_input_bytes, op_name(op));
-        state.mark_started(op);
-        const double start = monotonic_us();
-        switch (op.kind) {
-          case OpKind::kF:
-          case OpKind::kR: {
-            at::Tensor out;
-            Stash stash = forward(cfg, chunk, input, batches[i], &out);
-            const int64_t full = stash_bytes(stash.tensors);
-            const double end = monotonic_us();
-            if (op.kind == OpKind::kF) {
-              state.account(end, full - spec.act_f_bytes);  // measured instead of predicted
-              if (recomputed[k]) {
-                stash.tensors.resize(1);
-                state.account(end, stash_bytes(stash.tensors) - full);
-              }
-              if (chunk.layout.head) {
-                loss += out.item<double>();
-              } else if (p.device_of(st + 1) != d) {
-                send(out, p.device_of(st + 1), op_id(p, {OpKind::kF, st + 1, i}));
-              } else {
-                local_act[static_cast<size_t>(st + 1) * M + i] = out;
-              }
-              state.put_stash(st, i, std::move(stash));
-            } else {
-              state.account(end, full - stash_bytes(state.stash_for_recompute(st, i).tensors) -
-                                     (spec.act_f_bytes - spec.act_input_bytes));
-              state.stash_for_recompute(st, i) = std::move(stash);
-            }
-            state.record(op, start, end);
-            break;
-          }
-          case OpKind::kB:
-          case OpKind::kBW: {
-            Stash stash = state.take_stash(st, i);
-            const int64_t f_bytes = stash_bytes(stash.tensors);
-            WeightStash& w = w_stash[k];
-            at::Tensor dx = backward_input(cfg, &chunk, std::move(stash), grad_output, batches[i], &w);
-            if (st > 0) {
-              if (p.device_of(st - 1) != d) {
-                send(dx, p.device_of(st - 1), op_id(p, {OpKind::kB, st - 1, i}));
-              } else {
-                local_grad[static_cast<size_t>(st - 1) * M + i] = dx;
-              }
-            }
-            int64_t delta = -f_bytes;
-            if (op.kind == OpKind::kBW) {
-              backward_weight(&chunk, std::move(w));
-              w = WeightStash();
-            } else {
-              delta += stash_bytes(w);
-            }
-            const double end = monotonic_us();
-            state.account(end, delta);
-            state.record(op, start, end);
-            break;
-          }
-          case OpKind::kW: {
-            const int64_t w_bytes = stash_bytes(w_stash[k]);
-            backward_weight(&chunk, std::move(w_stash[k]));
-            w_stash[k] = WeightStash();
-            const double end = monotonic_us();
-            state.account(end, -w_bytes);
-            state.record(op, start, end);
-            break;
-          }
-          default: OPTPIPE_CHECK(false, what + ": not a compute op");
-        }
-        state.mark_finished(op);
-        ops_done++;
-      }
-      for (auto& [t, work] : sends) wait_work(work, timeout_s, me + ": sending to a peer");
-    } catch (const std::exception& e) {
-      error = e.what();
-      state.fail(error);
-    }
-    state.thread_done();
-    offload_worker.join();
-    reload_worker.join();
-    if (error.empty() && state.failed()) error = me + ": " + state.error();
-    if (!error.empty()) return R::Error(Status::Invalid(error));
-
-    // Everyone learns the loss from the last stage's rank; this also ends the iteration.
-    at::Tensor loss_t = at::full({1}, loss, at::kDouble);
-    try {
-      std::vector<at::Tensor> bufs{loss_t};
-      wait_work(pg->allreduce(bufs), timeout_s, me + ": end of iteration " + std::to_string(it));
-    } catch (const std::exception& e) {
-      return R::Error(Status::Invalid(e.what()));
-    }
-    IterationRecord rec = state.finish();
-    rec.loss = loss_t.item<double>();
-    report.iterations.push_back(std::move(rec));
-
-    if (options.check && it == 0) {
-      const ReferenceResult ref = reference_gradients(cfg, params, it);
-      report.checked = true;
-      report.check.loss = report.iterations.back().loss;
-      report.check.reference_loss = ref.loss;
-      for (int st = 0; st < S; st++) {
-        if (p.device_of(st) != d) continue;
-        for (size_t q = 0; q < params[st].grads.size(); q++) {
-          const at::Tensor& g = params[st].grads[q];
-          const at::Tensor& g_ref = ref.grads[st][q];
-          const double scale = std::max(g_ref.abs().max().item<double>(), 1e-30);
-          const double err = (g - g_ref).abs().max().item<double>() / scale;
-          report.check.num_params_checked++;
-          if (err >= report.check.max_grad_rel_error) {
-            report.check.max_grad_rel_error = err;
-            report.check.worst_param = params[st].names[q];
-          }
-        }
-      }
-    }
-    for (int st = 0; st < S; st++)
-      if (p.device_of(st) == d) adam_step(&params[st], &adam[st], options.lr);
-  }
+  report.rank = group.rank;
+  for (int it = 0; it < options.iterations; it++)
+    if (Status st = rank.run_iteration(it, &report); !st.ok()) return R::Error(std::move(st));
   return R::Of(std::move(report));
 }
 

@@ -11,7 +11,8 @@
 // turns that into weight gradients. LayerNorm and embedding gradients are cheap reductions and
 // are taken in B, so W keeps only the linear layers' operands.
 //
-//   GptConfig cfg = *gpt_config(find_model("gpt-tiny").value, /*microbatch_size=*/2, /*num_microbatches=*/8, seed);
+//   GptConfig cfg = gpt_config(find_model("gpt-tiny").value, /*microbatch_size=*/2,
+//                              /*num_microbatches=*/8, seed).value;
 //   ChunkParams params = init_chunk(cfg, chunk_layouts(cfg, S)[s]);
 //   Stash st = forward(cfg, params, input, batch, &output);
 //   at::Tensor dx = backward_input(cfg, &params, std::move(st), dy, batch, &w);

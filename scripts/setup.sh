@@ -6,9 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # libtorch-dev, libgloo-dev (c10d gloo headers) and libopenblas0-pthread (LibTorch's BLAS; without
-# it matrix products run ~30× slower) are for the runtime, optpipe-runtime.
+# it matrix products run ~30× slower) are for the runtime, optpipe-runtime; clang-format (14 on
+# Debian 12) is for scripts/check_format.sh.
 packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev
-          pybind11-dev python3-dev coinor-libcbc-dev libgecode-dev libtorch-dev libgloo-dev libopenblas0-pthread)
+          pybind11-dev python3-dev coinor-libcbc-dev libgecode-dev libtorch-dev libgloo-dev libopenblas0-pthread
+          clang-format)
 if [ "${1:-}" = "--test" ]; then
   packages+=(chromium)
 fi

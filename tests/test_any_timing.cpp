@@ -9,7 +9,7 @@
 #include "optpipe/any_timing.h"
 #include "optpipe/passes.h"
 #include "optpipe/families.h"
-#include "optpipe/figures.h"
+#include "optpipe/simulate.h"
 #include "optpipe/noise.h"
 #include "optpipe/optimize.h"
 #include "optpipe/validate.h"

@@ -29,12 +29,14 @@ check "families lists zb-v" 0 "zb-v" -- "$bin" families
 check "compare default" 0 "1f1b" -- "$bin" compare
 "$bin" compare --json > "$tmp/compare.json" || { echo "FAIL compare --json exit"; failures=$((failures + 1)); }
 json_ok < "$tmp/compare.json" && echo "ok   compare --json parses" || { echo "FAIL compare --json is not one JSON object"; failures=$((failures + 1)); }
-python3 - "$tmp/compare.json" <<'PY' || failures=$((failures + 1))
+"$bin" families --json > "$tmp/families.json"
+python3 - "$tmp/compare.json" "$tmp/families.json" <<'PY' || failures=$((failures + 1))
 import json, sys
 o = json.load(open(sys.argv[1]))
 names = [f["family"] for f in o["families"]]
-want = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "dualpipe-v", "pipeoffload", "1f1b-recompute"]
-assert names == want, names
+want = [f["name"] for f in json.load(open(sys.argv[2]))["families"]]
+assert len(want) >= 11 and "1f1b" in want and "gpipe" in want, want
+assert names == want, (names, want)
 fam = {f["family"]: f for f in o["families"]}
 D, M, T = 4, 8, 10000.0
 assert abs(fam["1f1b"]["makespan_us"] - (M + D - 1) * 3 * T) < 1e-6
@@ -81,7 +83,7 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["outcome"] in ("feasible", "optimal"), r["outcome"]
 assert r["fits_budget"]
-assert r["makespan_us"] < r["best_baseline"]["makespan_us"], (r["makespan_us"], r["best_baseline"])
+assert r["makespan_us"] < r["best_family"]["makespan_us"], (r["makespan_us"], r["best_family"])
 assert r["lower_bound_us"] <= r["makespan_us"]
 print("ok   optimize --json: beats the best family that fits")
 PY

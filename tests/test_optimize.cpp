@@ -6,7 +6,7 @@
 #include "optpipe/cost_model.h"
 #include "optpipe/passes.h"
 #include "optpipe/families.h"
-#include "optpipe/figures.h"
+#include "optpipe/simulate.h"
 #include "optpipe/json_io.h"
 #include "optpipe/optimize.h"
 #include "optpipe/validate.h"

@@ -60,15 +60,15 @@ class PythonModule(unittest.TestCase):
         self.assertEqual(problem["devices"][0]["mem_budget_bytes"], 30 << 30)
         result = optpipe.optimize(problem, max_evaluations=2000)
         self.assertIn(result["outcome"], ("optimal", "feasible"))
-        self.assertTrue(result["figures"]["fits_budget"])
-        self.assertTrue(result["figures"]["fits_any_timing"])
+        self.assertTrue(result["fits_budget"])
+        self.assertTrue(result["fits_any_timing"])
         self.assertEqual(result["timing"], "any")
-        self.assertLessEqual(result["lower_bound_us"], result["figures"]["makespan_us"])
+        self.assertLessEqual(result["lower_bound_us"], result["makespan_us"])
         if result["best_family"]:
-            self.assertLessEqual(result["figures"]["makespan_us"], result["best_family_makespan_us"] + 1e-6)
+            self.assertLessEqual(result["makespan_us"], result["best_family"]["makespan_us"] + 1e-6)
         # The schedule it returns simulates to the same figures.
         again = optpipe.simulate(result["problem"], result["schedule"])
-        self.assertAlmostEqual(again["makespan_us"], result["figures"]["makespan_us"])
+        self.assertAlmostEqual(again["makespan_us"], result["makespan_us"])
         with self.assertRaisesRegex(ValueError, "unknown model"):
             optpipe.preset_problem("gpt-9000", "4xh100")
 
@@ -77,11 +77,11 @@ class PythonModule(unittest.TestCase):
         # counts on them; by default it is gated, and no noisy sample overflows.
         problem = optpipe.preset_problem("llama2-13b", "8xa100-40gb", "36GiB")
         loose = optpipe.optimize(problem, max_evaluations=1500, timing="exact")
-        self.assertTrue(loose["figures"]["fits_budget"])
-        self.assertFalse(loose["figures"]["fits_any_timing"])
+        self.assertTrue(loose["fits_budget"])
+        self.assertFalse(loose["fits_any_timing"])
         safe = optpipe.optimize(problem, max_evaluations=1500)
-        self.assertTrue(safe["figures"]["fits_any_timing"])
-        self.assertGreater(safe["waits_added"] + safe["reload_gates_added"], 0)
+        self.assertTrue(safe["fits_any_timing"])
+        self.assertGreater(safe["stats"]["waits_added"] + safe["stats"]["reload_gates_added"], 0)
         noisy = optpipe.evaluate_noise(safe["problem"], safe["schedule"], sigma=0.1, samples=50)
         self.assertEqual(noisy["overflowed"], 0)
         self.assertEqual(noisy["stuck"], 0)

@@ -80,9 +80,9 @@ struct OptimizeStats {
   std::string start_family;          // the family the winning search started from
   double start_makespan_us = 0;      // its makespan before the search
   // The fastest published family that fits as it is (empty: none fits), for comparison.
-  std::string baseline_family;
-  double baseline_makespan_us = 0;
-  double baseline_idle_us = 0;  // summed over devices
+  std::string best_family;
+  double best_family_makespan_us = 0;
+  double best_family_idle_us = 0;  // summed over devices
   std::vector<std::string> placements_searched;
   int exact_solves = 0;     // CP and MILP solves run (OptimizeOptions::exact)
   int64_t exact_nodes = 0;  // their branch-and-bound nodes

@@ -86,6 +86,11 @@ inline Op op_from_id(const Problem& p, int id) {
   return Op{static_cast<OpKind>(id / (S * M)), (id / M) % S, id % M};
 }
 
+// The problem a schedule runs on: `p` re-cut (rechunk) to the schedule's placement and chunks, or
+// `p` itself when they match. How a schedule made for another placement of the same model (a
+// V-shape schedule, a linear problem) is read everywhere.
+Result<Problem> problem_for(const Problem& p, const Schedule& s);
+
 // Editing a device's lists (src/schedule/edit.cpp).
 // Position of `op` in `ops`, or −1.
 int find_op(const std::vector<Op>& ops, const Op& op);

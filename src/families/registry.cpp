@@ -1,6 +1,6 @@
 // The one table of schedule families, shared by the CLI, the tests and the docs.
 #include "families/common.h"
-#include "optpipe/figures.h"
+#include "optpipe/simulate.h"
 #include "optpipe/validate.h"
 
 namespace optpipe {

@@ -127,9 +127,9 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   };
   std::vector<FamilyRun> runs = run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250));
   if (const FamilyRun* best = fastest_fitting(runs)) {
-    out.stats.baseline_family = best->family->name;
-    out.stats.baseline_makespan_us = best->timeline.makespan_us;
-    out.stats.baseline_idle_us = best->timeline.idle_us;
+    out.stats.best_family = best->family->name;
+    out.stats.best_family_makespan_us = best->timeline.makespan_us;
+    out.stats.best_family_idle_us = best->timeline.idle_us;
   }
   bool out_of_time = false;
   std::vector<Start> starts = make_starts(p, runs, after(0.25), after(0.5), &out_of_time);

@@ -12,6 +12,11 @@ const char* op_kind_name(OpKind k) { return kKindNames[static_cast<int>(k)]; }
 
 bool is_compute(OpKind k) { return k != OpKind::kOffload && k != OpKind::kReload; }
 
+Result<Problem> problem_for(const Problem& p, const Schedule& s) {
+  if (s.placement == p.placement && s.chunks_per_device == p.chunks_per_device) return Result<Problem>::Of(p);
+  return rechunk(p, s.placement, s.chunks_per_device);
+}
+
 double op_duration_us(const Problem& p, const Op& op) {
   const StageSpec& st = p.stages[op.stage];
   switch (op.kind) {

@@ -1,4 +1,4 @@
-#include "optpipe/figures.h"
+#include "optpipe/results_json.h"
 
 #include <cmath>
 
@@ -60,6 +60,52 @@ nlohmann::json timeline_json(const Problem& p, const Timeline& t) {
           {"fits_budget", fits_budget(p, t)},
           {"fits_any_timing", fits_any_timing(p, t)},
           {"devices", devices}};
+}
+
+nlohmann::json families_json() {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Family& f : families())
+    out.push_back({{"name", f.name},
+                   {"placement", placement_name(f.placement)},
+                   {"chunks_per_device", f.chunks_per_device},
+                   {"description", f.description}});
+  return out;
+}
+
+nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& options) {
+  using json = nlohmann::json;
+  const OptimizeStats& st = r.stats;
+  const bool has_best = !st.best_family.empty();
+  json j = timeline_json(r.problem, r.timeline);
+  j["outcome"] = outcome_name(r.outcome);
+  j["lower_bound_us"] = r.lower_bound_us;
+  j["gap"] = r.gap;
+  j["placement"] = placement_name(r.problem.placement);
+  j["chunks_per_device"] = r.problem.chunks_per_device;
+  j["best_family"] = has_best ? json{{"name", st.best_family}, {"makespan_us", st.best_family_makespan_us}} : json(nullptr);
+  j["idle_reduction_vs_best_family"] =
+      has_best && st.best_family_idle_us > 0 ? 1 - r.timeline.idle_us / st.best_family_idle_us : 0;
+  j["needed_budget_bytes"] = r.needed_budget_bytes;
+  j["budget_lower_bound_bytes"] = r.budget_lower_bound_bytes;
+  j["timing"] = options.any_timing ? "any" : "exact";
+  j["robust"] = options.robust_sigma > 0 ? json{{"sigma", options.robust_sigma}, {"samples", options.robust_samples}}
+                                         : json(nullptr);
+  j["stats"] = {{"wall_s", st.wall_s},
+                {"evaluations", st.evaluations},
+                {"improvements", st.improvements},
+                {"stopped_by_time", st.stopped_by_time},
+                {"start_family", st.start_family},
+                {"start_makespan_us", st.start_makespan_us},
+                {"placements_searched", st.placements_searched},
+                {"exact_solves", st.exact_solves},
+                {"exact_nodes", st.exact_nodes},
+                {"recomputes_dropped", st.recomputes_dropped},
+                {"offloads_dropped", st.offloads_dropped},
+                {"waits_added", st.waits_added},
+                {"reload_gates_added", st.reload_gates_added},
+                {"seed", options.seed},
+                {"threads", options.threads}};
+  return j;
 }
 
 }  // namespace optpipe

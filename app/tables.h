@@ -1,4 +1,4 @@
-// report.h — how the command-line tool prints simulated figures, as text tables or JSON.
+// tables.h — how the command-line tools print simulated figures as text: tables and summaries.
 #pragma once
 
 #include <string>

@@ -1,6 +1,6 @@
-#include "report.h"
+#include "tables.h"
 
-#include "optpipe/figures.h"
+#include "optpipe/results_json.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,58 @@
+// optpipe export: a schedule as optpipe JSON, a Chrome trace, PyTorch's CSV or an SVG chart.
+#include <cstdio>
+
+#include "commands.h"
+#include "inputs.h"
+#include "optpipe/export.h"
+#include "optpipe/json_io.h"
+
+namespace optpipe {
+
+namespace {
+
+struct ExportArgs {
+  std::string problem_path, schedule_path, family, format = "json", out_path;
+  int chunks = 0;
+};
+
+int run_export(const ExportArgs& a) {
+  if (a.schedule_path.empty() == a.family.empty()) return usage_error("give either --schedule FILE or --family NAME");
+  Result<FamilySchedule> fs = load_schedule(a.problem_path, a.schedule_path, a.family, a.chunks);
+  if (!fs.ok()) return fail(fs.status);
+  const std::string what = a.family.empty() ? a.schedule_path : a.family;
+  Result<Timeline> t = checked_timeline(fs.value, what, {.op_times = true, .memory_curve = true});
+  if (!t.ok()) return fail(t.status);
+  const Problem& p = fs.value.problem;
+  const Schedule& s = fs.value.schedule;
+  std::string text;
+  if (a.format == "json") {
+    text = schedule_to_json(s);
+  } else if (a.format == "trace") {
+    text = chrome_trace_json(p, s, t.value);
+  } else if (a.format == "svg") {
+    text = schedule_svg(p, s, t.value, what);
+  } else {  // csv
+    CsvExport csv = pytorch_csv(s);
+    for (const std::string& note : csv.notes) std::fprintf(stderr, "optpipe: note: %s\n", note.c_str());
+    text = csv.csv;
+  }
+  Status st = emit(a.out_path, text);
+  return st.ok() ? kExitOk : fail(st);
+}
+
+}  // namespace
+
+Command add_export_command(CLI::App& app) {
+  auto a = std::make_shared<ExportArgs>();
+  CLI::App* c = app.add_subcommand("export", "write a schedule as optpipe JSON, Chrome trace, PyTorch CSV or SVG");
+  add_problem_option(c, &a->problem_path);
+  c->add_option("--schedule,-s", a->schedule_path, "schedule JSON");
+  c->add_option("--family,-f", a->family, "or: the schedule of this family");
+  c->add_option("--chunks", a->chunks, "chunks per device, for interleaved families")->check(CLI::Range(1, 64));
+  c->add_option("--format", a->format, "json | trace (chrome://tracing, Perfetto) | csv (torch.distributed.pipelining) | svg")
+      ->check(CLI::IsMember({"json", "trace", "csv", "svg"}));
+  c->add_option("--out,-o", a->out_path, "output file (default: stdout)");
+  return {c, [a] { return run_export(*a); }};
+}
+
+}  // namespace optpipe

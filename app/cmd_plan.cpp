@@ -1,0 +1,191 @@
+// optpipe plan, the main job: model + cluster + budget → every family and the optimizer in one
+// table, the best schedule written.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "commands.h"
+#include "inputs.h"
+#include "optpipe/cost_model.h"
+#include "optpipe/json_io.h"
+#include "optpipe/results_json.h"
+#include "optpipe/units.h"
+#include "tables.h"
+
+namespace optpipe {
+
+namespace {
+
+struct PlanArgs {
+  std::string model = "llama2-13b";
+  std::string cluster = "8xa100-40gb";
+  std::string budget;  // empty: 90% of HBM
+  std::string profile_path;
+  std::string partition = "balanced";
+  std::string report_path;
+  std::string out_path = "optpipe_schedule.json";
+  std::string problem_out_path;
+  int microbatches = 0;
+  int microbatch_size = 1;
+  int gpus_per_host_link = 0;       // 0: the cluster preset's
+  bool no_flash_attention = false;  // keep the attention scores (no selective recompute)
+  OptimizerArgs optimizer;
+  bool as_json = false;
+};
+
+// The problem the cost model builds from the presets and options (and a measured profile).
+Result<Problem> plan_problem(const PlanArgs& a, int* seq_len) {
+  using R = Result<Problem>;
+  Result<ModelSpec> model = find_model(a.model);
+  if (!model.ok()) return R::Error(model.status);
+  ModelSpec model_spec = model.value;
+  model_spec.flash_attention = !a.no_flash_attention;
+  *seq_len = model_spec.seq_len;
+  Result<ClusterSpec> cluster = find_cluster(a.cluster);
+  if (!cluster.ok()) return R::Error(cluster.status);
+  if (a.gpus_per_host_link > 0) cluster.value.gpus_per_host_link = a.gpus_per_host_link;
+  PlanSpec plan;
+  plan.num_microbatches = a.microbatches;
+  plan.microbatch_size = a.microbatch_size;
+  plan.partition = a.partition == "uniform" ? Partition::kUniform : Partition::kBalanced;
+  if (!a.budget.empty() && (!parse_bytes(a.budget, &plan.mem_budget_bytes) || plan.mem_budget_bytes <= 0))
+    return R::Error(Status::Invalid("--budget: expected a positive size such as 60GiB, got \"" + a.budget + "\""));
+  Result<Problem> problem = build_problem(model_spec, cluster.value, plan);
+  if (!problem.ok() || a.profile_path.empty()) return problem;
+  Result<std::string> text = read_text_file(a.profile_path);
+  if (!text.ok()) return R::Error(text.status);
+  if (Status st = apply_profile(text.value, &problem.value); !st.ok())
+    return R::Error(Status::Invalid(a.profile_path + ": " + st.message));
+  return problem;
+}
+
+// The table: every family and the optimized schedule, with speed-ups against the fastest family
+// that fits; as text rows and as JSON.
+struct PlanTable {
+  std::vector<std::vector<std::string>> rows = {
+      {"schedule", "fits", "makespan", "idle", "peak memory", "speed-up", "lower bound", "gap"}};
+  nlohmann::json json = nlohmann::json::array();
+  double best_makespan_us = 0;
+
+  void add(const std::string& name, const Problem& fp, const Timeline& t, bool row_fits, double bound) {
+    const double gap = t.makespan_us > 0 ? (t.makespan_us - bound) / t.makespan_us : 0;
+    const double speedup = best_makespan_us > 0 && row_fits ? best_makespan_us / t.makespan_us : 0;
+    const bool any = fits_any_timing(fp, t);
+    rows.push_back({name, fits_cell(any, row_fits), format_us(t.makespan_us), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
+                    format_bytes(max_peak(t)), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-", format_us(bound),
+                    fmt::format("{:.1f}%", 100 * gap)});
+    json.push_back({{"schedule", name},
+                    {"placement", placement_name(fp.placement)},
+                    {"chunks_per_device", fp.chunks_per_device},
+                    {"fits_budget", row_fits},
+                    {"fits_any_timing", any},
+                    {"makespan_us", t.makespan_us},
+                    {"bubble_ratio", t.bubble_ratio},
+                    {"peak_bytes", max_peak(t)},
+                    {"speedup_vs_best_family", speedup},
+                    {"lower_bound_us", bound},
+                    {"gap", gap}});
+  }
+  void add_not_applicable(const FamilyRun& o) {
+    rows.push_back({o.family->name, "n/a", "-", "-", "-", "-", "-", o.status.message});
+    json.push_back({{"schedule", o.family->name}, {"status", "not applicable"}, {"reason", o.status.message}});
+  }
+};
+
+Status write_plan_files(const PlanArgs& a, const Problem& p, const OptimizeResult& r, const std::vector<FamilyRun>& runs) {
+  if (r.outcome != Outcome::kInfeasible && !a.out_path.empty())
+    if (Status st = write_text_file(a.out_path, schedule_to_json(r.schedule)); !st.ok()) return st;
+  if (!a.problem_out_path.empty())
+    if (Status st = write_text_file(a.problem_out_path, problem_to_json(p)); !st.ok()) return st;
+  if (a.report_path.empty()) return Status::Ok();
+  const std::string title = "optpipe plan: " + a.model + " on " + a.cluster;
+  return write_text_file(a.report_path, html_report(title, problem_summary(p), report_rows(runs, r), report_charts(r, runs, {})));
+}
+
+void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const OptimizeOptions& options, const OptimizeResult& r,
+                const FamilyRun* best, const PlanTable& table) {
+  const std::string what = a.model + " on " + a.cluster + ", " + std::to_string(p.num_microbatches) + " microbatches of " +
+                           std::to_string(a.microbatch_size) + " × " + std::to_string(seq_len) + " tokens";
+  std::printf("%s\nproblem: %s\n\n%s\n", what.c_str(), problem_summary(p).c_str(), aligned_table(table.rows).c_str());
+  if (r.outcome != Outcome::kInfeasible) {
+    const std::string vs = best ? fmt::format("{:.3f}x the fastest family that fits ({})",
+                                              table.best_makespan_us / r.timeline.makespan_us, best->family->name)
+                                : "no family fits";
+    std::printf("optimized: %s from %s; %s\n", placement_label(r.problem.placement, r.problem.chunks_per_device).c_str(),
+                r.stats.start_family.c_str(), vs.c_str());
+    std::printf("%s\n", timing_line(options, r).c_str());
+    if (!a.out_path.empty()) std::printf("wrote %s\n", a.out_path.c_str());
+  } else {
+    std::printf("nothing found fits the budget; the best schedule found needs %s on its fullest device\n",
+                format_bytes(*std::max_element(r.needed_budget_bytes.begin(), r.needed_budget_bytes.end())).c_str());
+  }
+  if (!a.report_path.empty()) std::printf("wrote %s\n", a.report_path.c_str());
+}
+
+int run_plan(const PlanArgs& a) {
+  int seq_len = 0;
+  Result<Problem> problem = plan_problem(a, &seq_len);
+  if (!problem.ok()) return fail(problem.status);
+  const Problem& p = problem.value;
+  const OptimizeOptions options = a.optimizer.parsed();
+  const bool charts = !a.report_path.empty();
+  OptimizeResult r;
+  std::vector<FamilyRun> runs = families_then_optimize(p, {.op_times = charts, .memory_curve = charts}, options, &r);
+  if (!r.status.ok()) return fail(r.status);
+  const bool fits = r.outcome != Outcome::kInfeasible;
+
+  const FamilyRun* best = fastest_fitting(runs);
+  PlanTable table;
+  table.best_makespan_us = best ? best->timeline.makespan_us : 0;
+  for (const FamilyRun& o : runs) {
+    if (o.status.ok()) table.add(o.family->name, o.built.problem, o.timeline, o.fits, makespan_lower_bound(o.built.problem));
+    else table.add_not_applicable(o);
+  }
+  table.add("optimized", r.problem, r.timeline, fits, r.lower_bound_us);
+  if (Status st = write_plan_files(a, p, r, runs); !st.ok()) return fail(st);
+
+  if (!a.as_json) {
+    print_plan(a, p, seq_len, options, r, best, table);
+    return fits ? kExitOk : kExitInfeasible;
+  }
+  nlohmann::json j = {{"model", a.model},
+                      {"cluster", a.cluster},
+                      {"problem", problem_summary_json(p)},
+                      {"schedules", table.json},
+                      {"outcome", outcome_name(r.outcome)},
+                      {"timing", options.any_timing ? "any" : "exact"},
+                      {"best_family", best ? nlohmann::json{{"name", best->family->name}, {"makespan_us", table.best_makespan_us}}
+                                           : nlohmann::json(nullptr)},
+                      {"needed_budget_bytes", r.needed_budget_bytes},
+                      {"search", {{"wall_s", r.stats.wall_s}, {"evaluations", r.stats.evaluations}, {"stopped_by_time", r.stats.stopped_by_time}}}};
+  if (fits && !a.out_path.empty()) j["schedule_file"] = a.out_path;
+  if (charts) j["report_file"] = a.report_path;
+  print_json(j);
+  return fits ? kExitOk : kExitInfeasible;
+}
+
+}  // namespace
+
+Command add_plan_command(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* c = app.add_subcommand("plan", "model + cluster + budget: every family and the optimizer, one table, the best schedule");
+  c->add_option("--model", a->model, "model preset (llama2-7b, llama2-13b, llama2-70b, gpt-7b, gpt-14b, gpt-tiny)");
+  c->add_option("--cluster", a->cluster, "<count>x<gpu>: gpu one of a100-40gb, a100-80gb, h100, h200");
+  c->add_option("--budget", a->budget, "memory per GPU, e.g. 60GiB (default: 90% of its HBM)");
+  c->add_option("--microbatches", a->microbatches, "per iteration (default: 4 × GPUs)")->check(CLI::Range(1, 100000));
+  c->add_option("--microbatch-size", a->microbatch_size, "sequences per microbatch")->check(CLI::Range(1, 4096));
+  c->add_option("--partition", a->partition, "layers over stages")->check(CLI::IsMember({"balanced", "uniform"}));
+  c->add_option("--gpus-per-host-link", a->gpus_per_host_link, "GPUs sharing one host link")->check(CLI::Range(1, 4096));
+  c->add_option("--profile", a->profile_path, "measured profile JSON overriding the formulas");
+  c->add_flag("--no-flash-attention", a->no_flash_attention,
+              "keep attention scores for backward (no selective recompute): 5as²b more bytes a layer");
+  a->optimizer.add_to(c);
+  c->add_option("--out,-o", a->out_path, "where to write the best schedule");
+  c->add_option("--report", a->report_path, "also write an HTML report here");
+  c->add_option("--problem-out", a->problem_out_path, "also write the problem built from the model (for simulate, optimize, ...)");
+  add_json_flag(c, &a->as_json);
+  return {c, [a] { return run_plan(*a); }};
+}
+
+}  // namespace optpipe

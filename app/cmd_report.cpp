@@ -1,0 +1,53 @@
+// optpipe report: an HTML page with the comparison table (every family and the optimized
+// schedule) and the charts.
+#include <cstdio>
+
+#include "cli.h"
+#include "commands.h"
+#include "inputs.h"
+#include "optpipe/export.h"
+#include "tables.h"
+
+namespace optpipe {
+
+namespace {
+
+struct ReportArgs {
+  std::string problem_path, out_path;
+  std::vector<std::string> chart_families = {"1f1b"};
+  OptimizerArgs optimizer;
+};
+
+int run_report(const ReportArgs& a) {
+  Result<Problem> p = load_problem(a.problem_path);
+  if (!p.ok()) return fail(p.status);
+  for (const std::string& name : a.chart_families)
+    if (!find_family(name)) return fail(Status::Invalid("unknown family \"" + name + "\" (see: optpipe families)"));
+  OptimizeOptions options = a.optimizer.parsed();
+  options.progress = nullptr;
+  OptimizeResult r;
+  std::vector<FamilyRun> runs = families_then_optimize(p.value, {.op_times = true, .memory_curve = true}, options, &r);
+  if (!r.status.ok()) return fail(r.status);
+  std::string html = html_report("optpipe report", problem_summary(p.value), report_rows(runs, r),
+                                 report_charts(r, runs, a.chart_families));
+  Status st = emit(a.out_path, html);
+  if (!st.ok()) return fail(st);
+  if (!a.out_path.empty() && a.out_path != "-") std::fprintf(stderr, "optpipe: wrote %s\n", a.out_path.c_str());
+  return r.outcome != Outcome::kInfeasible ? kExitOk : kExitInfeasible;
+}
+
+}  // namespace
+
+Command add_report_command(CLI::App& app) {
+  auto a = std::make_shared<ReportArgs>();
+  CLI::App* c = app.add_subcommand("report", "write an HTML page: comparison table and charts");
+  add_problem_option(c, &a->problem_path);
+  c->add_option("--chart", a->chart_families, "also chart these families (default: 1f1b)");
+  c->add_option("--out,-o", a->out_path, "output file (default: stdout)");
+  c->add_option("--time-limit", a->optimizer.options.time_limit_s, "optimizer seconds")->check(CLI::Range(0.01, 1e6));
+  c->add_option("--seed", a->optimizer.options.seed, "random seed")->check(kNoMinus);
+  a->optimizer.add_timing(c);
+  return {c, [a] { return run_report(*a); }};
+}
+
+}  // namespace optpipe

@@ -1,0 +1,151 @@
+// What the commands share: common options, labels, checked timelines, the report's parts.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "cli.h"
+#include "commands.h"
+#include "optpipe/units.h"
+#include "optpipe/validate.h"
+
+namespace optpipe {
+
+void add_problem_option(CLI::App* c, std::string* path) {
+  c->add_option("--problem,-p", *path, "problem JSON (default: the built-in problem)");
+}
+
+void add_json_flag(CLI::App* c, bool* as_json) { c->add_flag("--json", *as_json, "print one JSON object on stdout"); }
+
+void NoiseArgs::add_to(CLI::App* c) {
+  c->add_option("--noise", spec.jitter_sigma, "also evaluate under timing noise: per-op jitter sigma (e.g. 0.05)")
+      ->check(CLI::Range(0.0, 2.0));
+  c->add_option("--profile-error", spec.profile_sigma, "with --noise: per-stage and per-link error sigma, once per sample")
+      ->check(CLI::Range(0.0, 2.0));
+  c->add_option("--samples", spec.samples, "with --noise: samples (default 200)")->check(CLI::Range(1, 1000000));
+  c->add_option("--seed", spec.seed, "with --noise: random seed")->check(kNoMinus);
+}
+
+std::optional<NoiseSpec> NoiseArgs::asked(CLI::App* c) const {
+  if (c->count("--noise") + c->count("--profile-error") + c->count("--samples") + c->count("--seed") == 0) return std::nullopt;
+  return spec;
+}
+
+void OptimizerArgs::add_timing(CLI::App* c) {
+  c->add_option("--timing", timing,
+                "any: the schedule fits under any timing (gated; the default); exact: only at the profile's timings")
+      ->check(CLI::IsMember({"any", "exact"}));
+}
+
+void OptimizerArgs::add_to(CLI::App* c) {
+  add_timing(c);
+  c->add_option("--robust", options.robust_sigma,
+                "prefer the schedule whose makespan degrades least: score by the p90 makespan under per-op jitter of "
+                "this sigma (e.g. 0.1)")
+      ->check(CLI::Range(0.0, 2.0));
+  c->add_option("--robust-samples", options.robust_samples, "with --robust: samples per candidate (default 8)")
+      ->check(CLI::Range(1, 1000));
+  c->add_option("--time-limit", options.time_limit_s, "optimizer seconds (the best so far is returned)")->check(CLI::Range(0.01, 1e6));
+  c->add_option("--seed", options.seed, "random seed")->check(kNoMinus);
+  c->add_option("--threads", options.threads, "parallel searches")->check(CLI::Range(1, 256));
+  c->add_flag("--quiet,-q", quiet, "no progress on stderr");
+  c->add_flag("--exact", options.exact, "then the exact models (CP on Gecode, MILP on CBC; small problems): a better schedule or a tighter bound");
+  c->add_option("--max-evaluations", options.max_evaluations,
+                "search budget in candidates, for repeatable runs (0: search until the time limit)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+}
+
+namespace {
+
+void print_progress(const Progress& g) {
+  const std::string best = g.best_makespan_us > 0 ? format_us(g.best_makespan_us) : std::string("none fits yet");
+  const std::string gap =
+      g.best_makespan_us > 0 ? fmt::format("{:.1f}%", 100 * (g.best_makespan_us - g.lower_bound_us) / g.best_makespan_us) : "-";
+  std::fprintf(stderr, "[%6.1fs] %9lld candidates  best %-12s bound %-12s gap %s\n", g.elapsed_s,
+               static_cast<long long>(g.evaluations), best.c_str(), format_us(g.lower_bound_us).c_str(), gap.c_str());
+}
+
+}  // namespace
+
+OptimizeOptions OptimizerArgs::parsed() const {
+  OptimizeOptions o = options;
+  o.any_timing = timing == "any";
+  if (!quiet) o.progress = print_progress;
+  return o;
+}
+
+std::string placement_label(Placement p, int chunks_per_device) {
+  return std::string(placement_name(p)) + " v" + std::to_string(chunks_per_device);
+}
+
+std::string placement_label(const Family& f) { return placement_label(f.placement, f.chunks_per_device); }
+
+void print_json(const nlohmann::json& j) {
+  std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
+
+Result<Timeline> checked_timeline(const FamilySchedule& fs, const std::string& what, const SimOptions& sim) {
+  Validation v = validate(fs.problem, fs.schedule, {.check_memory_budget = false, .sim = sim});
+  if (!v.ok()) return Result<Timeline>::Error(Status::Invalid(what + " is not a valid schedule for this problem:\n" + v.summary()));
+  return Result<Timeline>::Of(std::move(v.sim.timeline));
+}
+
+int64_t max_peak(const Timeline& t) {
+  int64_t peak = 0;
+  for (const DeviceFigures& d : t.devices) peak = std::max(peak, d.peak_bytes);
+  return peak;
+}
+
+std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions& sim, OptimizeOptions options,
+                                              OptimizeResult* r) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto limit = std::chrono::duration<double>(options.time_limit_s);
+  std::vector<FamilyRun> runs =
+      run_families(p, sim, t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(limit) + std::chrono::milliseconds(250));
+  const double spent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  options.time_limit_s = std::max(0.01, options.time_limit_s - spent_s);
+  *r = optimize(p, options);
+  return runs;
+}
+
+std::vector<ReportRow> report_rows(const std::vector<FamilyRun>& runs, const OptimizeResult& r) {
+  std::vector<ReportRow> rows;
+  for (const FamilyRun& o : runs)
+    rows.push_back({o.family->name, placement_label(*o.family), o.status.ok(), o.status.message, o.timeline.makespan_us,
+                    o.timeline.bubble_ratio, o.status.ok() ? max_peak(o.timeline) : 0, o.fits});
+  rows.push_back({"optimized", placement_label(r.problem.placement, r.problem.chunks_per_device), true, "",
+                  r.timeline.makespan_us, r.timeline.bubble_ratio, max_peak(r.timeline), r.outcome != Outcome::kInfeasible});
+  return rows;
+}
+
+std::vector<ReportChart> report_charts(const OptimizeResult& r, const std::vector<FamilyRun>& runs,
+                                       const std::vector<std::string>& chart_families) {
+  const FamilyRun* best = fastest_fitting(runs);
+  std::vector<ReportChart> charts;
+  charts.push_back({r.outcome == Outcome::kInfeasible ? "Optimized (best found; over the budget)" : "Optimized",
+                    schedule_svg(r.problem, r.schedule, r.timeline, "optimized")});
+  if (best)
+    charts.push_back({std::string("Fastest family that fits: ") + best->family->name,
+                      schedule_svg(best->built.problem, best->built.schedule, best->timeline, best->family->name)});
+  for (const std::string& name : chart_families)
+    for (const FamilyRun& o : runs)
+      if (name == o.family->name && &o != best && o.status.ok())
+        charts.push_back({name, schedule_svg(o.built.problem, o.built.schedule, o.timeline, name)});
+  return charts;
+}
+
+std::string timing_line(const OptimizeOptions& options, const OptimizeResult& r) {
+  std::string line =
+      !options.any_timing
+          ? "timing: exact — fits the budget at the profile's timings, not necessarily if they drift"
+          : fmt::format("timing: any — fits the budget under any timing ({} WAIT(s) and {} reload gate(s) added, "
+                        "no cost at the profile's timings)",
+                        r.stats.waits_added, r.stats.reload_gates_added);
+  if (options.robust_sigma > 0)
+    line += fmt::format("\nrobust: candidates scored by their p90 makespan over {} samples of per-op jitter σ {}",
+                        options.robust_samples, options.robust_sigma);
+  return line;
+}
+
+}  // namespace optpipe
