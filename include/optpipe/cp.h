@@ -6,7 +6,7 @@
 // over start times. Durations are rounded down to the grid and memory heights up to whole MiB,
 // so with `memory = false` the proven optimum is a lower bound for every schedule of the
 // placement (offloads and recomputes included), and with `memory = true` every solution truly
-// fits. With `recompute` (and memory), an optional R per stage-microbatch on the device's unary
+// fits its activations (workspace is not modelled: the optimizer simulates every solution). With `recompute` (and memory), an optional R per stage-microbatch on the device's unary
 // resource, anywhere between its F and its B, and the lifetimes split around it. With `offload`
 // (and memory), an optional offload and reload per stage-microbatch on the unary channels of the
 // device's host link (shared with the devices on the same link), durations rounded up: the
@@ -34,13 +34,18 @@ namespace optpipe {
 struct CpOptions {
   bool memory = true;
   double time_limit_s = 10;
+  // Search nodes at most (0: no limit): deterministic, unlike the time limit; tests use it.
+  int64_t max_nodes = 0;
   double unit_us = 0;      // grid; 0: 1 µs, coarser for long horizons (at most 1e8 steps)
   bool recompute = false;  // with memory: also decide which activations to recompute
   bool offload = false;    // with memory: also decide which to offload, and when to move them
 };
 
 struct [[nodiscard]] CpSolution {
-  Status status;  // InvalidInput/Infeasible: no solution found
+  // Infeasible: proven that nothing fits; TimeLimit: none found within the time or node limit;
+  // InvalidInput: the model cannot be posted (values beyond Gecode's limits); Internal: the
+  // solution does not simulate, or its transfers overflow when simulated.
+  Status status;
   bool proven_optimal = false;  // the search finished
   double objective_us = 0;  // the simulated makespan of `schedule`
   double bound_us = 0;      // proven: no schedule of the placement (memory = false) is faster

@@ -19,7 +19,8 @@
 //
 //   Result<MilpModel> m = build_milp(problem, {.memory = true});
 //   MilpSolution s = solve_milp(problem, m.value, {.time_limit_s = 30}, &warm_start);
-//   // s.schedule simulates to s.objective_us when s.outcome == Outcome::kOptimal
+//   // when s.status.ok(): s.schedule is the solution; s.proven_optimal says whether its
+//   // s.objective_us meets s.bound_us
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,9 @@ namespace optpipe {
 struct MilpOptions {
   bool memory = true;  // false: orders only — the solve's bound then holds for every schedule of the placement
   double time_limit_s = 10;
+  // Branch-and-bound nodes at most (0: no limit). With one thread a node limit makes the solve
+  // deterministic, which a time limit does not: tests use it.
+  int64_t max_nodes = 0;
   int threads = 1;
   double horizon_us = 0;  // big-M and time bound; 0: all work and hops in sequence
   bool recompute = false;  // with memory: also decide which activations to recompute
@@ -81,7 +85,9 @@ Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options);
 size_t milp_min_binaries(const Problem& p);
 
 struct [[nodiscard]] MilpSolution {
-  Status status;  // InvalidInput: no solution found (infeasible, or none within the limit)
+  // Infeasible: proven that nothing fits; TimeLimit: none found within the time or node limit;
+  // Internal: the solution's transfers overflow when simulated.
+  Status status;
   bool proven_optimal = false;
   double objective_us = 0;  // the makespan of the solver's solution
   double bound_us = 0;      // the solver's proven lower bound on the model's optimum

@@ -18,6 +18,23 @@ namespace optpipe {
 
 namespace {
 
+// Stops at the time limit, or after max_nodes nodes (0: no node limit).
+class TimeOrNodeStop : public Gecode::Search::Stop {
+ public:
+  TimeOrNodeStop(unsigned long time_ms, int64_t max_nodes) : time_(time_ms), max_nodes_(max_nodes) {}
+  bool stop(const Gecode::Search::Statistics& s, const Gecode::Search::Options& o) override {
+    return time_.stop(s, o) || (max_nodes_ > 0 && static_cast<int64_t>(s.node) >= max_nodes_);
+  }
+
+ private:
+  Gecode::Search::TimeStop time_;
+  int64_t max_nodes_;
+};
+
+}  // namespace
+
+namespace {
+
 using namespace Gecode;
 
 // The model's numbers, on the integer grid.
@@ -276,7 +293,7 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
   }
   out.bound_us = root->makespan.min() * g.unit_us;  // what propagation alone proves
   Search::Options so;
-  Search::TimeStop stop(static_cast<unsigned long>(std::max(1.0, options.time_limit_s * 1000)));
+  TimeOrNodeStop stop(static_cast<unsigned long>(std::max(1.0, options.time_limit_s * 1000)), options.max_nodes);
   so.stop = &stop;
   BAB<PipeSpace> engine(root.get(), so);
   std::unique_ptr<PipeSpace> best;

@@ -49,6 +49,7 @@ MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions&
   Cbc_setParameter(model, "timeMode", "elapsed");  // else the limit counts CPU seconds
   Cbc_setParameter(model, "sec", std::to_string(options.time_limit_s).c_str());
   Cbc_setParameter(model, "threads", std::to_string(options.threads).c_str());
+  if (options.max_nodes > 0) Cbc_setParameter(model, "maxNodes", std::to_string(options.max_nodes).c_str());
 
   if (warm_start) {
     // Times from simulating the warm start; orders from its per-device lists. An R just before
