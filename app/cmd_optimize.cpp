@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "inputs.h"
+#include "optpipe/files.h"
 #include "optpipe/json_io.h"
 #include "optpipe/results_json.h"
 #include "optpipe/units.h"

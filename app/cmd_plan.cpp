@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "inputs.h"
 #include "optpipe/cost_model.h"
+#include "optpipe/files.h"
 #include "optpipe/json_io.h"
 #include "optpipe/results_json.h"
 #include "optpipe/units.h"

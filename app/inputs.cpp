@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <unistd.h>
 
+#include "optpipe/files.h"
 #include "optpipe/json_io.h"
 
 namespace optpipe {

@@ -14,6 +14,7 @@
 #include "optpipe/results_json.h"
 #include "optpipe/noise.h"
 #include "optpipe/families.h"
+#include "optpipe/files.h"
 #include "optpipe/json_io.h"
 #include "optpipe/optimize.h"
 #include "optpipe/units.h"

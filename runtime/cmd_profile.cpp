@@ -9,6 +9,7 @@
 #include "../app/tables.h"
 #include "engine.h"
 #include "launch.h"
+#include "optpipe/files.h"
 #include "optpipe/json_io.h"
 #include "optpipe/units.h"
 #include "profile.h"

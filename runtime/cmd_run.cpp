@@ -18,6 +18,7 @@
 #include "launch.h"
 #include "optpipe/export.h"
 #include "optpipe/results_json.h"
+#include "optpipe/files.h"
 #include "optpipe/json_io.h"
 #include "optpipe/validate.h"
 #include "profile.h"

@@ -9,6 +9,7 @@
 
 #include "../app/inputs.h"
 #include "launch.h"
+#include "optpipe/files.h"
 #include "optpipe/json_io.h"
 
 namespace optpipe::runtime::cli {

@@ -1,4 +1,4 @@
-// json_io.h — problems and schedules as JSON files, read strictly.
+// json_io.h — problems, schedules and profiles as JSON text, read strictly (files: files.h).
 //
 // Reading rejects what it does not understand: malformed JSON, unknown fields, wrong types,
 // missing required fields. Every error names the field ("stages[3].t_b_us: expected a number").
@@ -37,8 +37,5 @@ Status apply_profile(const std::string& profile_json, Problem* p);
 // The measured fields of `p` in that format (what `optpipe profile` writes).
 std::string profile_to_json(const Problem& p);
 
-// Whole-file helpers: the error names the path when the file cannot be read.
-Result<std::string> read_text_file(const std::string& path);
-Status write_text_file(const std::string& path, const std::string& text);
 
 }  // namespace optpipe

@@ -1,0 +1,79 @@
+// Problems as JSON ("optpipe.problem/1"), read strictly and written with every field.
+#include "io/json_reader.h"
+#include "optpipe/json_io.h"
+
+namespace optpipe {
+
+using namespace json_read;
+
+Result<Problem> problem_from_json(const std::string& text) {
+  Result<json> parsed = parse(text, "problem");
+  if (!parsed.ok()) return Result<Problem>::Error(parsed.status);
+  Status err;
+  Problem p;
+  Reader r(parsed.value, "", &err);
+  check_format(r, kProblemFormat);
+  r.integer("num_devices", &p.num_devices, true);
+  r.integer("num_microbatches", &p.num_microbatches, true);
+  read_placement(r, &p.placement, &p.chunks_per_device);
+  r.number("t_comm_us", &p.t_comm_us, false);
+  if (const json* stages = r.array("stages", true)) {
+    for (size_t i = 0; i < stages->size() && err.ok(); i++) {
+      Reader sr((*stages)[i], "stages[" + std::to_string(i) + "]", &err);
+      StageSpec st;
+      st.t_r_us = std::numeric_limits<double>::quiet_NaN();  // absent: a recompute costs a forward
+      read_measured_stage(sr, &st, true);
+      if (std::isnan(st.t_r_us)) st.t_r_us = st.t_f_us;
+      sr.integer("act_b_bytes", &st.act_b_bytes, true);
+      sr.integer("ws_f_bytes", &st.ws_f_bytes, false);
+      sr.integer("ws_b_bytes", &st.ws_b_bytes, false);
+      sr.integer("ws_w_bytes", &st.ws_w_bytes, false);
+      sr.finish();
+      p.stages.push_back(st);
+    }
+  }
+  if (const json* devices = r.array("devices", true)) {
+    for (size_t i = 0; i < devices->size() && err.ok(); i++) {
+      Reader dr((*devices)[i], "devices[" + std::to_string(i) + "]", &err);
+      DeviceSpec dev;
+      dev.host_link = static_cast<int>(i);
+      dr.integer("static_bytes", &dev.static_bytes, true);
+      dr.integer("mem_budget_bytes", &dev.mem_budget_bytes, true);
+      dr.integer("host_link", &dev.host_link, false);
+      dr.finish();
+      p.devices.push_back(dev);
+    }
+  }
+  read_host_link(r, &p.host_link, &err);
+  r.finish();
+  if (err.ok()) err = check_problem(p);
+  if (!err.ok()) return Result<Problem>::Error(err);
+  return Result<Problem>::Of(std::move(p));
+}
+
+std::string problem_to_json(const Problem& p) {
+  json j;
+  j["format"] = kProblemFormat;
+  j["num_devices"] = p.num_devices;
+  j["num_microbatches"] = p.num_microbatches;
+  j["placement"] = placement_name(p.placement);
+  j["chunks_per_device"] = p.chunks_per_device;
+  j["t_comm_us"] = p.t_comm_us;
+  j["stages"] = json::array();
+  for (const StageSpec& st : p.stages) {
+    json s = measured_stage_json(st);
+    s["act_b_bytes"] = st.act_b_bytes;
+    s["ws_f_bytes"] = st.ws_f_bytes;
+    s["ws_b_bytes"] = st.ws_b_bytes;
+    s["ws_w_bytes"] = st.ws_w_bytes;
+    j["stages"].push_back(s);
+  }
+  j["devices"] = json::array();
+  for (const DeviceSpec& d : p.devices)
+    j["devices"].push_back(
+        {{"static_bytes", d.static_bytes}, {"mem_budget_bytes", d.mem_budget_bytes}, {"host_link", d.host_link}});
+  j["host_link"] = host_link_json(p.host_link);
+  return j.dump(2) + "\n";
+}
+
+}  // namespace optpipe
