@@ -1,0 +1,116 @@
+// The timeline's figures from placed ops: per device its busy and idle time, span, transfers and
+// recomputes, and its memory (peak, and with memory_curve the whole curve).
+#include "simulate/engine.h"
+
+namespace optpipe::sim_detail {
+
+void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
+  t->devices.assign(D_, DeviceFigures{});
+  if (options.memory_curve) t->memory.assign(D_, {});
+  double makespan = 0, total_busy = 0, max_span = 0;
+  for (int d = 0; d < D_; d++) {
+    DeviceFigures& f = t->devices[d];
+    device_times(d, &f);
+    makespan = std::max(makespan, f.last_end_us);
+    total_busy += f.busy_us;
+    max_span = std::max(max_span, f.last_end_us - f.first_start_us);
+    memory_sweep(d, &f, options.memory_curve ? &t->memory[d] : nullptr);
+  }
+  t->idle_us = 0;
+  for (DeviceFigures& f : t->devices) {
+    f.idle_us = makespan - f.busy_us;
+    t->idle_us += f.idle_us;
+  }
+  t->makespan_us = makespan;
+  t->max_span_us = max_span;
+  t->bubble_ratio = makespan > 0 ? 1.0 - total_busy / (D_ * makespan) : 0.0;
+}
+
+void Sim::device_times(int d, DeviceFigures* f) const {
+  const Queue& cq = queues_[compute_queue(d)];
+  const Queue& oq = queues_[d2h_queue(d)];
+  const Queue& rq = queues_[h2d_queue(d)];
+  f->first_start_us = cq.end > cq.begin ? start_[queue_ops_[cq.begin]] : 0;
+  f->last_end_us = cq.end > cq.begin ? end_[queue_ops_[cq.end - 1]] : 0;
+  for (int k = cq.begin; k < cq.end; k++) {
+    const int i = queue_ops_[k];
+    f->busy_us += end_[i] - start_[i];
+    f->first_start_us = std::min(f->first_start_us, start_[i]);
+    f->last_end_us = std::max(f->last_end_us, end_[i]);
+    if (op_of_[i].kind == OpKind::kR) f->num_recomputes++;
+  }
+  for (int k = oq.begin; k < oq.end; k++) {
+    const int i = queue_ops_[k];
+    f->d2h_busy_us += end_[i] - start_[i];
+    f->offload_bytes += p_->stages[op_of_[i].stage].act_f_bytes;
+    f->last_end_us = std::max(f->last_end_us, end_[i]);
+  }
+  for (int k = rq.begin; k < rq.end; k++) {
+    const int i = queue_ops_[k];
+    f->h2d_busy_us += end_[i] - start_[i];
+    f->reload_bytes += p_->stages[op_of_[i].stage].act_f_bytes;
+    f->last_end_us = std::max(f->last_end_us, end_[i]);
+  }
+}
+
+// Merges the three time-ordered event streams (compute starts/ends, offload ends, reload starts).
+// At equal times an end comes before a start, so freed bytes are reused.
+void Sim::memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve) const {
+  const Queue& cq = queues_[compute_queue(d)];
+  const Queue& oq = queues_[d2h_queue(d)];
+  const Queue& rq = queues_[h2d_queue(d)];
+  int64_t bytes = p_->devices[d].static_bytes;
+  f->peak_bytes = bytes;
+  f->peak_time_us = 0;
+  if (curve) curve->push_back({0, bytes});
+  int ci = 0;  // compute event index: op (ci / 2), start if even
+  int oi = oq.begin, ri = rq.begin;
+  const int n_compute_events = 2 * (cq.end - cq.begin);
+  for (;;) {
+    double best_t = std::numeric_limits<double>::infinity();
+    int which = -1;  // 0 compute, 1 offload end, 2 reload start
+    bool best_is_start = true;
+    auto consider = [&](int stream, double time, bool is_start) {
+      if (time < best_t || (time == best_t && best_is_start && !is_start)) {
+        best_t = time;
+        which = stream;
+        best_is_start = is_start;
+      }
+    };
+    if (ci < n_compute_events) {
+      const int i = queue_ops_[cq.begin + ci / 2];
+      consider(0, ci % 2 == 0 ? start_[i] : end_[i], ci % 2 == 0);
+    }
+    if (oi < oq.end) consider(1, end_[queue_ops_[oi]], false);
+    if (ri < rq.end) consider(2, start_[queue_ops_[ri]], true);
+    if (which < 0) break;
+    int i;
+    bool at_start;
+    if (which == 0) {
+      i = queue_ops_[cq.begin + ci / 2];
+      at_start = ci % 2 == 0;
+      ci++;
+    } else if (which == 1) {
+      i = queue_ops_[oi++];
+      at_start = false;
+    } else {
+      i = queue_ops_[ri++];
+      at_start = true;
+    }
+    const Op op = op_of_[i];
+    bytes += delta_of(*p_, op, at_start, recomputed(op));
+    if (bytes > f->peak_bytes) {
+      f->peak_bytes = bytes;
+      f->peak_time_us = best_t;
+      f->peak_op = op;
+    }
+    if (curve) {
+      if (!curve->empty() && curve->back().time_us == best_t)
+        curve->back().bytes = bytes;
+      else
+        curve->push_back({best_t, bytes});
+    }
+  }
+}
+
+}  // namespace optpipe::sim_detail
