@@ -38,25 +38,103 @@ struct Freed {
   bool operator>(const Freed& o) const { return until_us > o.until_us; }
 };
 
+// One device's repair within one simulation of the schedule: which activations are alive at an
+// overflow, and the change that frees each.
+class DeviceRepair {
+ public:
+  DeviceRepair(const Problem& p, const Timeline& t, int d, DeviceSchedule& ds)
+      : p_(p), t_(t), ds_(ds), decided_(num_op_ids(p), 0), offloaded_(num_op_ids(p), 0) {
+    for (const Op& op : ds.compute)
+      if (op.kind == OpKind::kR) decided_[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})] = 1;
+    for (const Op& op : ds.offloads) {
+      const int f = op_id(p, Op{OpKind::kF, op.stage, op.microbatch});
+      decided_[f] = offloaded_[f] = 1;
+    }
+    for (const Op& op : ds.compute)
+      if (op.kind == OpKind::kB || op.kind == OpKind::kBW) backs_.push_back(op);
+  }
+
+  // The activations alive at `peak` that a change can free, cheapest first; among equals the one
+  // whose backward comes last.
+  std::vector<Candidate> alive_at(double peak) const {
+    std::vector<Candidate> alive;
+    for (const Op& op : backs_) {
+      const Op f{OpKind::kF, op.stage, op.microbatch};
+      const Op w{OpKind::kW, op.stage, op.microbatch};
+      if (op.kind == OpKind::kB && at(op, true) <= peak && at(w, false) > peak && decided_[op_id(p_, w)] == 0 &&
+          p_.stages[op.stage].act_w_bytes < 0) {
+        alive.push_back({op, Fix::kPullW, at(w, false), false});
+        continue;
+      }
+      if (!(at(f, true) <= peak && at(op, false) > peak)) continue;
+      if (p_.stages[op.stage].act_f_bytes - p_.stages[op.stage].act_input_bytes <= 0) continue;
+      if (offloaded_[op_id(p_, f)]) {
+        // Still queued for the link, or back already: a recompute frees it, and the link too.
+        const bool resident = at(Op{OpKind::kOffload, op.stage, op.microbatch}, true) > peak ||
+                              at(Op{OpKind::kReload, op.stage, op.microbatch}, false) <= peak;
+        if (resident && decided_[op_id(p_, f)] == 1) alive.push_back({op, Fix::kRecompute, at(op, false), true});
+        continue;
+      }
+      if (decided_[op_id(p_, f)]) continue;
+      const bool offload =
+          at(f, true) + p_.offload_us(op.stage) <= peak && peak + p_.reload_us(op.stage) <= at(op, false);
+      alive.push_back({op, offload ? Fix::kOffload : Fix::kRecompute, at(op, false), false});
+    }
+    std::stable_sort(alive.begin(), alive.end(), [](const Candidate& a, const Candidate& b) {
+      return a.fix != b.fix ? a.fix < b.fix : a.back_start_us > b.back_start_us;
+    });
+    return alive;
+  }
+
+  // Makes the change `c` for an overflow at `peak`: the bytes it frees and until when.
+  Freed apply(const Candidate& c, double peak) {
+    const Op& back = c.back;
+    const StageSpec& st = p_.stages[back.stage];
+    const Op w{OpKind::kW, back.stage, back.microbatch};
+    decided_[op_id(p_, c.fix == Fix::kPullW ? w : Op{OpKind::kF, back.stage, back.microbatch})] = 2;
+    if (c.fix == Fix::kPullW) {
+      ds_.compute.erase(ds_.compute.begin() + find_op(ds_.compute, w));
+      ds_.compute.insert(ds_.compute.begin() + find_op(ds_.compute, back) + 1, w);
+      return {c.back_start_us, -st.act_w_bytes};
+    }
+    if (c.fix == Fix::kOffload) {
+      // Reload issued at the first compute op after the overflow that still lands it in time.
+      const int b = backward_index(ds_.compute, back.stage, back.microbatch);
+      const double rel_us = p_.reload_us(back.stage);
+      int anchor = b - 1;
+      for (int k = find_op(ds_.compute, Op{OpKind::kF, back.stage, back.microbatch}) + 1; k < b; k++)
+        if (at(ds_.compute[k], false) >= peak && at(ds_.compute[k], false) + rel_us <= c.back_start_us) {
+          anchor = k;
+          break;
+        }
+      insert_offload(ds_, back.stage, back.microbatch, anchor);
+      double until = at(ds_.compute[anchor], false);  // NaN when the anchor is a recompute added this round
+      if (!(until >= 0)) until = c.back_start_us - rel_us;
+      return {until, st.act_f_bytes};
+    }
+    if (c.was_offloaded) remove_offload(ds_, back.stage, back.microbatch);
+    ds_.compute.insert(ds_.compute.begin() + backward_index(ds_.compute, back.stage, back.microbatch),
+                       Op{OpKind::kR, back.stage, back.microbatch});
+    return {c.back_start_us, st.act_f_bytes - st.act_input_bytes};
+  }
+
+ private:
+  double at(const Op& op, bool end) const { return (end ? t_.end_us : t_.start_us)[op_id(p_, op)]; }
+
+  const Problem& p_;
+  const Timeline& t_;
+  DeviceSchedule& ds_;
+  // By op id of an F: 1 if its activation was recomputed or offloaded before this repair, 2 if
+  // this repair changed it; by op id of a W: 2 if this repair moved it. And which are offloaded.
+  std::vector<char> decided_, offloaded_;
+  std::vector<Op> backs_;
+};
+
 // Fixes device d's peak (or every overflow) in s, given the timeline t of s (with its memory
 // curve for every_overflow); false if nothing could move.
 bool repair_device(const Problem& p, const Timeline& t, int d, bool every_overflow, Schedule& s) {
-  DeviceSchedule& ds = s.devices[d];
+  DeviceRepair repair(p, t, d, s.devices[d]);
   const int64_t budget = p.devices[d].mem_budget_bytes;
-  auto at = [&](const Op& op, bool end) { return (end ? t.end_us : t.start_us)[op_id(p, op)]; };
-  // By op id of an F: 1 if its activation was recomputed or offloaded before this call, 2 if
-  // this call changed it; by op id of a W: 2 if this call moved it. And which the schedule offloads.
-  std::vector<char> decided(num_op_ids(p), 0), offloaded(num_op_ids(p), 0);
-  for (const Op& op : ds.compute)
-    if (op.kind == OpKind::kR) decided[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})] = 1;
-  for (const Op& op : ds.offloads) {
-    const int f = op_id(p, Op{OpKind::kF, op.stage, op.microbatch});
-    decided[f] = offloaded[f] = 1;
-  }
-  std::vector<Op> backs;
-  for (const Op& op : ds.compute)
-    if (op.kind == OpKind::kB || op.kind == OpKind::kBW) backs.push_back(op);
-
   bool changed = false;
   std::priority_queue<Freed, std::vector<Freed>, std::greater<Freed>> active;
   int64_t freed_now = 0;
@@ -68,70 +146,13 @@ bool repair_device(const Problem& p, const Timeline& t, int d, bool every_overfl
     }
     int64_t over = point.bytes - freed_now - budget;
     if (over <= 0) continue;
-    const double peak = point.time_us;
-    std::vector<Candidate> alive;
-    for (const Op& op : backs) {
-      const Op f{OpKind::kF, op.stage, op.microbatch};
-      const Op w{OpKind::kW, op.stage, op.microbatch};
-      if (op.kind == OpKind::kB && at(op, true) <= peak && at(w, false) > peak && decided[op_id(p, w)] == 0 &&
-          p.stages[op.stage].act_w_bytes < 0) {
-        alive.push_back({op, Fix::kPullW, at(w, false), false});
-        continue;
-      }
-      if (!(at(f, true) <= peak && at(op, false) > peak)) continue;
-      if (p.stages[op.stage].act_f_bytes - p.stages[op.stage].act_input_bytes <= 0) continue;
-      if (offloaded[op_id(p, f)]) {
-        // Still queued for the link, or back already: a recompute frees it, and the link too.
-        const bool resident = at(Op{OpKind::kOffload, op.stage, op.microbatch}, true) > peak ||
-                              at(Op{OpKind::kReload, op.stage, op.microbatch}, false) <= peak;
-        if (resident && decided[op_id(p, f)] == 1) alive.push_back({op, Fix::kRecompute, at(op, false), true});
-        continue;
-      }
-      if (decided[op_id(p, f)]) continue;
-      const bool offload = at(f, true) + p.offload_us(op.stage) <= peak && peak + p.reload_us(op.stage) <= at(op, false);
-      alive.push_back({op, offload ? Fix::kOffload : Fix::kRecompute, at(op, false), false});
-    }
-    std::stable_sort(alive.begin(), alive.end(), [](const Candidate& a, const Candidate& b) {
-      return a.fix != b.fix ? a.fix < b.fix : a.back_start_us > b.back_start_us;
-    });
-    for (const Candidate& c : alive) {
+    for (const Candidate& c : repair.alive_at(point.time_us)) {
       if (over <= 0) break;
-      const Op& back = c.back;
-      const StageSpec& st = p.stages[back.stage];
-      const Op w{OpKind::kW, back.stage, back.microbatch};
-      decided[op_id(p, c.fix == Fix::kPullW ? w : Op{OpKind::kF, back.stage, back.microbatch})] = 2;
+      const Freed freed = repair.apply(c, point.time_us);
       changed = true;
-      int64_t bytes;
-      double until;
-      if (c.fix == Fix::kPullW) {
-        ds.compute.erase(ds.compute.begin() + find_op(ds.compute, w));
-        ds.compute.insert(ds.compute.begin() + find_op(ds.compute, back) + 1, w);
-        bytes = -st.act_w_bytes;
-        until = c.back_start_us;
-      } else if (c.fix == Fix::kOffload) {
-        // Reload issued at the first compute op after the overflow that still lands it in time.
-        const int b = backward_index(ds.compute, back.stage, back.microbatch);
-        const double rel_us = p.reload_us(back.stage);
-        int anchor = b - 1;
-        for (int k = find_op(ds.compute, Op{OpKind::kF, back.stage, back.microbatch}) + 1; k < b; k++)
-          if (at(ds.compute[k], false) >= peak && at(ds.compute[k], false) + rel_us <= c.back_start_us) {
-            anchor = k;
-            break;
-          }
-        insert_offload(ds, back.stage, back.microbatch, anchor);
-        bytes = st.act_f_bytes;
-        until = at(ds.compute[anchor], false);  // NaN when the anchor is a recompute added this round
-        if (!(until >= 0)) until = c.back_start_us - rel_us;
-      } else {
-        if (c.was_offloaded) remove_offload(ds, back.stage, back.microbatch);
-        ds.compute.insert(ds.compute.begin() + backward_index(ds.compute, back.stage, back.microbatch),
-                          Op{OpKind::kR, back.stage, back.microbatch});
-        bytes = st.act_f_bytes - st.act_input_bytes;
-        until = c.back_start_us;
-      }
-      over -= bytes;
-      freed_now += bytes;
-      active.push({until, bytes});
+      over -= freed.bytes;
+      freed_now += freed.bytes;
+      active.push(freed);
     }
   }
   return changed;
