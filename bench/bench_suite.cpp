@@ -2,21 +2,21 @@
 // a line per instance as it finishes, a summary, and a results file to compare runs by.
 //   build/bench_suite                       # the whole suite, 10 s per instance
 //   build/bench_suite --quick               # a few small instances with invariants asserted (CI)
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "optpipe/cost_model.h"
-#include "optpipe/results_json.h"
-#include "optpipe/noise.h"
 #include "optpipe/families.h"
 #include "optpipe/files.h"
 #include "optpipe/json_io.h"
+#include "optpipe/noise.h"
 #include "optpipe/optimize.h"
+#include "optpipe/results_json.h"
 #include "optpipe/units.h"
 
 using namespace optpipe;
@@ -77,14 +77,19 @@ Status set_budget(const std::string& kind, Problem* p) {
     SimResult r = simulate(fs.value.problem, fs.value.schedule, {.op_times = false});
     OPTPIPE_CHECK(r.ok(), r.status.message);
     int64_t peak = 0;
-    for (int d = 0; d < p->num_devices; d++) peak = std::max(peak, r.timeline.devices[d].peak_bytes - p->devices[d].static_bytes);
+    for (int d = 0; d < p->num_devices; d++)
+      peak = std::max(peak, r.timeline.devices[d].peak_bytes - p->devices[d].static_bytes);
     return peak;
   };
   int64_t activations;
-  if (kind == "tight") activations = activation_peak("1f1b") / 2;
-  else if (kind == "1f1b") activations = activation_peak("1f1b");
-  else if (kind == "rich") activations = activation_peak("zb-h2");
-  else return Status::Invalid("unknown budget \"" + kind + "\"");
+  if (kind == "tight")
+    activations = activation_peak("1f1b") / 2;
+  else if (kind == "1f1b")
+    activations = activation_peak("1f1b");
+  else if (kind == "rich")
+    activations = activation_peak("zb-h2");
+  else
+    return Status::Invalid("unknown budget \"" + kind + "\"");
   for (DeviceSpec& d : p->devices) d.mem_budget_bytes = d.static_bytes + activations;
   return Status::Ok();
 }
@@ -93,19 +98,19 @@ struct Row {
   std::string name;
   int devices = 0, microbatches = 0;
   std::string budget;
-  bool memory_limited = false;      // the fastest family ignoring memory does not fit
-  std::string baseline;             // fastest fitting family ("" if none)
+  bool memory_limited = false;  // the fastest family ignoring memory does not fit
+  std::string baseline;         // fastest fitting family ("" if none)
   double baseline_us = 0, baseline_idle_us = 0;
-  double pipeoffload_us = 0;        // 0 if it does not fit
+  double pipeoffload_us = 0;  // 0 if it does not fit
   std::string outcome;
   double optimized_us = 0, optimized_idle_us = 0, bound_us = 0, gap = 0, wall_s = 0;
-  double useful_work_us = 0;        // every F, B and W on every device: what any schedule must run
+  double useful_work_us = 0;  // every F, B and W on every device: what any schedule must run
   int64_t evaluations = 0;
   bool stopped_by_time = false;
   // Under any timing (any_timing.h).
   bool optimized_any_timing = false;
-  int families_nominal_only = 0;    // families that fit at the profile's timings but not under any
-  std::string safe_family;          // fastest family that fits under any timing ("" if none)
+  int families_nominal_only = 0;  // families that fit at the profile's timings but not under any
+  std::string safe_family;        // fastest family that fits under any timing ("" if none)
   // p95 makespan under per-op jitter σ = 5% and 10% (0: not measured).
   double optimized_p95_us[2] = {0, 0}, safe_family_p95_us[2] = {0, 0};
 };
@@ -129,154 +134,96 @@ double mean(const std::vector<double>& v) {
 }
 double max_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"optpipe benchmark suite: the optimizer against every family"};
-  std::string suite_path = "bench/suite.json", out_path, csv_path, only;
+// What the command line asks for.
+struct SuiteArgs {
+  std::string suite_path = "bench/suite.json", out_path, csv_path, only, problems_dir;
   bool quick = false;
-  OptimizeOptions options;
-  options.time_limit_s = 10;
-  app.add_option("--suite", suite_path, "suite file");
-  app.add_flag("--quick", quick, "the suite's quick instances, a small fixed search budget, invariants asserted");
-  app.add_option("--time-limit", options.time_limit_s, "seconds per instance")->check(CLI::Range(0.01, 1e6));
-  app.add_option("--threads", options.threads, "parallel searches per instance")->check(CLI::Range(1, 256));
-  app.add_option("--seed", options.seed, "random seed")
-      ->check(CLI::Validator([](std::string& t) { return t.find('-') == std::string::npos ? "" : "must not be negative"; }, "UINT"));
-  app.add_option("--only", only, "run only the instance of this name");
   int noise_samples = 200;
-  app.add_option("--noise-samples", noise_samples, "samples per noisy p95 (σ = 5% and 10%); 0: none")->check(CLI::Range(0, 100000));
-  app.add_option("--robust", options.robust_sigma, "optimizer: score by the p90 makespan under this jitter sigma")
-      ->check(CLI::Range(0.0, 2.0));
-  app.add_option("--robust-samples", options.robust_samples, "optimizer: samples per candidate with --robust")
-      ->check(CLI::Range(1, 1000));
   std::string timing = "any";
-  app.add_option("--timing", timing, "any (the optimizer's default) or exact")->check(CLI::IsMember({"any", "exact"}));
-  std::string problems_dir;
-  app.add_option("--problems-out", problems_dir, "also write each instance's problem JSON into this folder (<name>.json)");
-  app.add_option("--out", out_path, "write the results as JSON");
-  app.add_option("--csv", csv_path, "write the results as CSV");
-  CLI11_PARSE(app, argc, argv);
+  OptimizeOptions options;
+};
 
-  Result<std::string> text = read_text_file(suite_path);
-  if (!text.ok()) {
-    std::fprintf(stderr, "bench_suite: %s\n", text.status.message.c_str());
-    return 1;
+// One instance: every family and the optimizer, a line printed, the invariants checked (each
+// broken one counted in `violations`).
+Result<Row> run_instance(const std::string& name, const json& spec, const Problem& problem, const SuiteArgs& a,
+                         int* violations) {
+  const OptimizeOptions& options = a.options;
+  const int noise_samples = a.noise_samples;
+  Result<Problem> p = Result<Problem>::Of(problem);
+  Row row;
+  row.name = name;
+  row.devices = p.value.num_devices;
+  row.microbatches = p.value.num_microbatches;
+  row.budget = spec.at("budget").get<std::string>();
+  for (int d = 0; d < p.value.num_devices; d++) row.useful_work_us += p.value.work_us(d);
+  const std::vector<FamilyRun> runs = run_families(p.value, {.op_times = false});
+  const FamilyRun* best = fastest_fitting(runs);
+  const FamilyRun* fastest = nullptr;
+  const FamilyRun* safe = nullptr;
+  for (const FamilyRun& r : runs) {
+    if (!r.status.ok()) continue;
+    if (!fastest || r.timeline.makespan_us < fastest->timeline.makespan_us) fastest = &r;
+    if (std::string(r.family->name) == "pipeoffload" && r.fits) row.pipeoffload_us = r.timeline.makespan_us;
+    row.families_nominal_only += r.fits && !r.fits_any_timing;
+    if (r.fits_any_timing && (!safe || r.timeline.makespan_us < safe->timeline.makespan_us)) safe = &r;
   }
-  const json suite = json::parse(text.value);
-  if (!problems_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(problems_dir, ec);
-    if (ec) {
-      std::fprintf(stderr, "bench_suite: cannot create %s: %s\n", problems_dir.c_str(), ec.message().c_str());
-      return 1;
-    }
+  if (safe) row.safe_family = safe->family->name;
+  row.memory_limited = fastest && !fastest->fits;
+  if (best) {
+    row.baseline = best->family->name;
+    row.baseline_us = best->timeline.makespan_us;
+    row.baseline_idle_us = best->timeline.idle_us;
   }
-  std::vector<std::string> quick_names = suite.value("quick", std::vector<std::string>{});
-  if (quick) {
-    options.max_evaluations = 3000;
-    options.time_limit_s = 120;
-    noise_samples = std::min(noise_samples, 20);
+  OptimizeResult r = optimize(p.value, options);
+  if (!r.status.ok()) return Result<Row>::Error(r.status);
+  row.outcome = outcome_name(r.outcome);
+  row.optimized_us = r.timeline.makespan_us;
+  row.optimized_idle_us = r.timeline.idle_us;
+  row.bound_us = r.lower_bound_us;
+  row.gap = r.gap;
+  row.wall_s = r.stats.wall_s;
+  row.evaluations = r.stats.evaluations;
+  row.stopped_by_time = r.stats.stopped_by_time;
+  const bool fits = r.outcome != Outcome::kInfeasible;
+  row.optimized_any_timing = fits_any_timing(r.problem, r.timeline);
+  for (int k = 0; k < 2 && noise_samples > 0; k++) {
+    // Not the robust objective's own samples (seed + 1): those would flatter it.
+    const NoiseSpec spec{.jitter_sigma = kNoiseSigmas[k], .samples = noise_samples, .seed = options.seed + 7919};
+    auto p95 = [&](const Problem& prob, const Schedule& s) {
+      Result<NoiseReport> n = evaluate_noise(prob, s, spec);
+      OPTPIPE_CHECK(n.ok(), n.status.message);
+      return n.value.p95_makespan_us;
+    };
+    if (fits) row.optimized_p95_us[k] = p95(r.problem, r.schedule);
+    if (safe) row.safe_family_p95_us[k] = p95(safe->built.problem, safe->built.schedule);
   }
-  options.any_timing = timing == "any";
+  std::printf("%-30s %4d %5d %-6s %-16s %11s %11s %8.1f%% %6.1f%% %5.1fs %11s\n", name.c_str(), row.devices,
+              row.microbatches, row.budget.c_str(), best ? best->family->name : "(none fits)",
+              best ? format_us(row.baseline_us).c_str() : "-", fits ? format_us(row.optimized_us).c_str() : "no fit",
+              100 * idle_cut(row, false), 100 * row.gap, row.wall_s, row.memory_limited ? "yes" : "no");
+  std::fflush(stdout);
+  // The invariants every run must keep.
+  if (best && !fits) {
+    std::printf("  VIOLATION: %s fits but the optimizer returned nothing that fits\n", best->family->name);
+    (*violations)++;
+  }
+  if (best && fits && row.optimized_us > row.baseline_us + 1e-6) {
+    std::printf("  VIOLATION: optimized %s is slower than %s\n", format_us(row.optimized_us).c_str(),
+                best->family->name);
+    (*violations)++;
+  }
+  if (fits && options.any_timing && !row.optimized_any_timing) {
+    std::printf("  VIOLATION: the optimized schedule does not fit under any timing\n");
+    (*violations)++;
+  }
+  if (row.optimized_p95_us[1] > 0 && row.safe_family_p95_us[1] > 0)
+    std::printf("  p95 at σ 5%%/10%%: optimized %s / %s, %s %s / %s\n", format_us(row.optimized_p95_us[0]).c_str(),
+                format_us(row.optimized_p95_us[1]).c_str(), row.safe_family.c_str(),
+                format_us(row.safe_family_p95_us[0]).c_str(), format_us(row.safe_family_p95_us[1]).c_str());
+  return Result<Row>::Of(row);
+}
 
-  std::vector<Row> rows;
-  int violations = 0;
-  std::printf("%-30s %4s %5s %-6s %-16s %11s %11s %9s %7s %6s %11s\n", "instance", "D", "M", "budget", "best family",
-              "family", "optimized", "idle cut", "gap", "time", "mem-limited");
-  for (const json& spec : suite.at("instances")) {
-    const std::string name = spec.at("name").get<std::string>();
-    if (quick && std::find(quick_names.begin(), quick_names.end(), name) == quick_names.end()) continue;
-    if (!only.empty() && name != only) continue;
-    Result<Problem> p = spec.contains("model") ? from_preset(spec) : synthetic(spec);
-    Status st = p.ok() ? set_budget(spec.at("budget").get<std::string>(), &p.value) : p.status;
-    if (!st.ok()) {
-      std::fprintf(stderr, "bench_suite: %s: %s\n", name.c_str(), st.message.c_str());
-      return 1;
-    }
-    if (!problems_dir.empty()) {
-      Status written = write_text_file(problems_dir + "/" + name + ".json", problem_to_json(p.value));
-      if (!written.ok()) {
-        std::fprintf(stderr, "bench_suite: %s\n", written.message.c_str());
-        return 1;
-      }
-    }
-    Row row;
-    row.name = name;
-    row.devices = p.value.num_devices;
-    row.microbatches = p.value.num_microbatches;
-    row.budget = spec.at("budget").get<std::string>();
-    for (int d = 0; d < p.value.num_devices; d++) row.useful_work_us += p.value.work_us(d);
-    const std::vector<FamilyRun> runs = run_families(p.value, {.op_times = false});
-    const FamilyRun* best = fastest_fitting(runs);
-    const FamilyRun* fastest = nullptr;
-    const FamilyRun* safe = nullptr;
-    for (const FamilyRun& r : runs) {
-      if (!r.status.ok()) continue;
-      if (!fastest || r.timeline.makespan_us < fastest->timeline.makespan_us) fastest = &r;
-      if (std::string(r.family->name) == "pipeoffload" && r.fits) row.pipeoffload_us = r.timeline.makespan_us;
-      row.families_nominal_only += r.fits && !r.fits_any_timing;
-      if (r.fits_any_timing && (!safe || r.timeline.makespan_us < safe->timeline.makespan_us)) safe = &r;
-    }
-    if (safe) row.safe_family = safe->family->name;
-    row.memory_limited = fastest && !fastest->fits;
-    if (best) {
-      row.baseline = best->family->name;
-      row.baseline_us = best->timeline.makespan_us;
-      row.baseline_idle_us = best->timeline.idle_us;
-    }
-    OptimizeResult r = optimize(p.value, options);
-    if (!r.status.ok()) {
-      std::fprintf(stderr, "bench_suite: %s: %s\n", name.c_str(), r.status.message.c_str());
-      return 1;
-    }
-    row.outcome = outcome_name(r.outcome);
-    row.optimized_us = r.timeline.makespan_us;
-    row.optimized_idle_us = r.timeline.idle_us;
-    row.bound_us = r.lower_bound_us;
-    row.gap = r.gap;
-    row.wall_s = r.stats.wall_s;
-    row.evaluations = r.stats.evaluations;
-    row.stopped_by_time = r.stats.stopped_by_time;
-    const bool fits = r.outcome != Outcome::kInfeasible;
-    row.optimized_any_timing = fits_any_timing(r.problem, r.timeline);
-    for (int k = 0; k < 2 && noise_samples > 0; k++) {
-      // Not the robust objective's own samples (seed + 1): those would flatter it.
-      const NoiseSpec spec{.jitter_sigma = kNoiseSigmas[k], .samples = noise_samples, .seed = options.seed + 7919};
-      auto p95 = [&](const Problem& prob, const Schedule& s) {
-        Result<NoiseReport> n = evaluate_noise(prob, s, spec);
-        OPTPIPE_CHECK(n.ok(), n.status.message);
-        return n.value.p95_makespan_us;
-      };
-      if (fits) row.optimized_p95_us[k] = p95(r.problem, r.schedule);
-      if (safe) row.safe_family_p95_us[k] = p95(safe->built.problem, safe->built.schedule);
-    }
-    std::printf("%-30s %4d %5d %-6s %-16s %11s %11s %8.1f%% %6.1f%% %5.1fs %11s\n", name.c_str(), row.devices,
-                row.microbatches, row.budget.c_str(), best ? best->family->name : "(none fits)",
-                best ? format_us(row.baseline_us).c_str() : "-", fits ? format_us(row.optimized_us).c_str() : "no fit",
-                100 * idle_cut(row, false), 100 * row.gap, row.wall_s, row.memory_limited ? "yes" : "no");
-    std::fflush(stdout);
-    // The invariants every run must keep.
-    if (best && !fits) {
-      std::printf("  VIOLATION: %s fits but the optimizer returned nothing that fits\n", best->family->name);
-      violations++;
-    }
-    if (best && fits && row.optimized_us > row.baseline_us + 1e-6) {
-      std::printf("  VIOLATION: optimized %s is slower than %s\n", format_us(row.optimized_us).c_str(), best->family->name);
-      violations++;
-    }
-    if (fits && options.any_timing && !row.optimized_any_timing) {
-      std::printf("  VIOLATION: the optimized schedule does not fit under any timing\n");
-      violations++;
-    }
-    if (row.optimized_p95_us[1] > 0 && row.safe_family_p95_us[1] > 0)
-      std::printf("  p95 at σ 5%%/10%%: optimized %s / %s, %s %s / %s\n", format_us(row.optimized_p95_us[0]).c_str(),
-                  format_us(row.optimized_p95_us[1]).c_str(), row.safe_family.c_str(),
-                  format_us(row.safe_family_p95_us[0]).c_str(), format_us(row.safe_family_p95_us[1]).c_str());
-    rows.push_back(row);
-  }
-
-  // Summary.
+void print_summary(const std::vector<Row>& rows, int noise_samples) {
   int compared = 0, not_worse = 0, only_optimizer_fits = 0;
   std::vector<double> cut_limited, cut_rich, work_cut_limited, work_cut_rich, vs_offload, gaps, walls;
   for (const Row& r : rows) {
@@ -293,13 +240,18 @@ int main(int argc, char** argv) {
     (r.memory_limited ? work_cut_limited : work_cut_rich).push_back(idle_cut(r, true));
     if (r.pipeoffload_us > 0 && fits) vs_offload.push_back(r.pipeoffload_us / r.optimized_us);
   }
-  std::printf("\n%zu instances. optimized ≤ fastest fitting family: %d of %d; fits where no family does: %d\n", rows.size(),
-              not_worse, compared, only_optimizer_fits);
-  std::printf("idle-time cut vs the fastest fitting family: memory-limited mean %.1f%% max %.1f%% (%zu); memory-rich mean %.1f%% max %.1f%% (%zu)\n",
-              100 * mean(cut_limited), 100 * max_of(cut_limited), cut_limited.size(), 100 * mean(cut_rich),
-              100 * max_of(cut_rich), cut_rich.size());
-  std::printf("  the same, recomputes counted as idle: memory-limited mean %.1f%% max %.1f%%; memory-rich mean %.1f%% max %.1f%%\n",
-              100 * mean(work_cut_limited), 100 * max_of(work_cut_limited), 100 * mean(work_cut_rich), 100 * max_of(work_cut_rich));
+  std::printf("\n%zu instances. optimized ≤ fastest fitting family: %d of %d; fits where no family does: %d\n",
+              rows.size(), not_worse, compared, only_optimizer_fits);
+  std::printf(
+      "idle-time cut vs the fastest fitting family: memory-limited mean %.1f%% max %.1f%% (%zu); memory-rich mean "
+      "%.1f%% max %.1f%% (%zu)\n",
+      100 * mean(cut_limited), 100 * max_of(cut_limited), cut_limited.size(), 100 * mean(cut_rich),
+      100 * max_of(cut_rich), cut_rich.size());
+  std::printf(
+      "  the same, recomputes counted as idle: memory-limited mean %.1f%% max %.1f%%; memory-rich mean %.1f%% max "
+      "%.1f%%\n",
+      100 * mean(work_cut_limited), 100 * max_of(work_cut_limited), 100 * mean(work_cut_rich),
+      100 * max_of(work_cut_rich));
   std::printf("speed-up vs PipeOffload-style (where it fits): mean %.3fx max %.3fx (%zu)\n", mean(vs_offload),
               max_of(vs_offload), vs_offload.size());
   std::printf("gap to the lower bound: mean %.1f%% max %.1f%%; solve time mean %.1f s max %.1f s\n", 100 * mean(gaps),
@@ -310,8 +262,9 @@ int main(int argc, char** argv) {
     safe_optimized += r.outcome != "infeasible" && r.optimized_any_timing;
     nominal_only_families += r.families_nominal_only;
   }
-  std::printf("fits under any timing: optimized %d of %d that fit; families that fit only at the profile's timings: %d\n",
-              safe_optimized, fitting, nominal_only_families);
+  std::printf(
+      "fits under any timing: optimized %d of %d that fit; families that fit only at the profile's timings: %d\n",
+      safe_optimized, fitting, nominal_only_families);
   for (int k = 0; k < 2 && noise_samples > 0; k++) {
     int measured = 0, no_worse = 0, limited = 0, limited_beats = 0;
     std::vector<double> ratios;
@@ -326,42 +279,156 @@ int main(int argc, char** argv) {
         limited_beats += ratio > 1;
       }
     }
-    std::printf("p95 makespan at σ %.0f%% (%d samples) vs the fastest family that fits under any timing: no worse (within "
-                "0.5%%) on %d of %d; better on %d of %d memory-limited; speed-up mean %.3fx min %.3fx\n",
-                100 * kNoiseSigmas[k], noise_samples, no_worse, measured, limited_beats, limited, mean(ratios),
-                ratios.empty() ? 0 : *std::min_element(ratios.begin(), ratios.end()));
+    std::printf(
+        "p95 makespan at σ %.0f%% (%d samples) vs the fastest family that fits under any timing: no worse (within "
+        "0.5%%) on %d of %d; better on %d of %d memory-limited; speed-up mean %.3fx min %.3fx\n",
+        100 * kNoiseSigmas[k], noise_samples, no_worse, measured, limited_beats, limited, mean(ratios),
+        ratios.empty() ? 0 : *std::min_element(ratios.begin(), ratios.end()));
+  }
+}
+
+void write_results(const std::vector<Row>& rows, const SuiteArgs& a) {
+  const OptimizeOptions& options = a.options;
+  const std::string &out_path = a.out_path, &csv_path = a.csv_path, &suite_path = a.suite_path, &timing = a.timing;
+  const int noise_samples = a.noise_samples;
+  const bool quick = a.quick;
+  json results = json::array();
+  std::string csv =
+      "instance,devices,microbatches,budget,memory_limited,best_family,best_family_us,pipeoffload_us,outcome,optimized_"
+      "us,idle_cut,lower_bound_us,gap,wall_s,evaluations,stopped_by_time,idle_cut_recompute_idle,optimized_any_timing,"
+      "families_nominal_only,safe_family,optimized_p95_5_us,safe_family_p95_5_us,optimized_p95_10_us,safe_family_p95_"
+      "10_us\n";
+  for (const Row& r : rows) {
+    const double cut = idle_cut(r, false), work_cut = idle_cut(r, true);
+    results.push_back({{"instance", r.name},
+                       {"devices", r.devices},
+                       {"microbatches", r.microbatches},
+                       {"budget", r.budget},
+                       {"memory_limited", r.memory_limited},
+                       {"best_family", r.baseline},
+                       {"best_family_us", r.baseline_us},
+                       {"pipeoffload_us", r.pipeoffload_us},
+                       {"outcome", r.outcome},
+                       {"optimized_us", r.optimized_us},
+                       {"idle_cut", cut},
+                       {"lower_bound_us", r.bound_us},
+                       {"gap", r.gap},
+                       {"wall_s", r.wall_s},
+                       {"evaluations", r.evaluations},
+                       {"stopped_by_time", r.stopped_by_time},
+                       {"idle_cut_recompute_idle", work_cut},
+                       {"optimized_any_timing", r.optimized_any_timing},
+                       {"families_nominal_only", r.families_nominal_only},
+                       {"safe_family", r.safe_family},
+                       {"optimized_p95_us", {r.optimized_p95_us[0], r.optimized_p95_us[1]}},
+                       {"safe_family_p95_us", {r.safe_family_p95_us[0], r.safe_family_p95_us[1]}}});
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.4f},{},{:.4f},{:.2f},{},{},{:.4f},{},{},{},{},{},{},{}\n",
+                       r.name, r.devices, r.microbatches, r.budget, r.memory_limited, r.baseline, r.baseline_us,
+                       r.pipeoffload_us, r.outcome, r.optimized_us, cut, r.bound_us, r.gap, r.wall_s, r.evaluations,
+                       r.stopped_by_time, work_cut, r.optimized_any_timing, r.families_nominal_only, r.safe_family,
+                       r.optimized_p95_us[0], r.safe_family_p95_us[0], r.optimized_p95_us[1], r.safe_family_p95_us[1]);
+  }
+  if (!out_path.empty()) {
+    json doc = {{"suite", suite_path},
+                {"time_limit_s", options.time_limit_s},
+                {"threads", options.threads},
+                {"timing", timing},
+                {"noise_samples", noise_samples},
+                {"robust_sigma", options.robust_sigma},
+                {"robust_samples", options.robust_samples},
+                {"seed", options.seed},
+                {"quick", quick},
+                {"results", results}};
+    if (Status s = write_text_file(out_path, doc.dump(1) + "\n"); !s.ok())
+      std::fprintf(stderr, "bench_suite: %s\n", s.message.c_str());
+  }
+  if (!csv_path.empty())
+    if (Status s = write_text_file(csv_path, csv); !s.ok())
+      std::fprintf(stderr, "bench_suite: %s\n", s.message.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"optpipe benchmark suite: the optimizer against every family"};
+  SuiteArgs a;
+  OptimizeOptions& options = a.options;
+  options.time_limit_s = 10;
+  app.add_option("--suite", a.suite_path, "suite file");
+  app.add_flag("--quick", a.quick, "the suite's quick instances, a small fixed search budget, invariants asserted");
+  app.add_option("--time-limit", options.time_limit_s, "seconds per instance")->check(CLI::Range(0.01, 1e6));
+  app.add_option("--threads", options.threads, "parallel searches per instance")->check(CLI::Range(1, 256));
+  app.add_option("--seed", options.seed, "random seed")
+      ->check(CLI::Validator(
+          [](std::string& t) { return t.find('-') == std::string::npos ? "" : "must not be negative"; }, "UINT"));
+  app.add_option("--only", a.only, "run only the instance of this name");
+  app.add_option("--noise-samples", a.noise_samples, "samples per noisy p95 (σ = 5% and 10%); 0: none")
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--robust", options.robust_sigma, "optimizer: score by the p90 makespan under this jitter sigma")
+      ->check(CLI::Range(0.0, 2.0));
+  app.add_option("--robust-samples", options.robust_samples, "optimizer: samples per candidate with --robust")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--timing", a.timing, "any (the optimizer's default) or exact")
+      ->check(CLI::IsMember({"any", "exact"}));
+  app.add_option("--problems-out", a.problems_dir,
+                 "also write each instance's problem JSON into this folder (<name>.json)");
+  app.add_option("--out", a.out_path, "write the results as JSON");
+  app.add_option("--csv", a.csv_path, "write the results as CSV");
+  CLI11_PARSE(app, argc, argv);
+
+  Result<std::string> text = read_text_file(a.suite_path);
+  if (!text.ok()) {
+    std::fprintf(stderr, "bench_suite: %s\n", text.status.message.c_str());
+    return 1;
+  }
+  const json suite = json::parse(text.value);
+  if (!a.problems_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.problems_dir, ec);
+    if (ec) {
+      std::fprintf(stderr, "bench_suite: cannot create %s: %s\n", a.problems_dir.c_str(), ec.message().c_str());
+      return 1;
+    }
+  }
+  std::vector<std::string> quick_names = suite.value("quick", std::vector<std::string>{});
+  if (a.quick) {
+    options.max_evaluations = 3000;
+    options.time_limit_s = 120;
+    a.noise_samples = std::min(a.noise_samples, 20);
+  }
+  options.any_timing = a.timing == "any";
+
+  std::vector<Row> rows;
+  int violations = 0;
+  std::printf("%-30s %4s %5s %-6s %-16s %11s %11s %9s %7s %6s %11s\n", "instance", "D", "M", "budget", "best family",
+              "family", "optimized", "idle cut", "gap", "time", "mem-limited");
+  for (const json& spec : suite.at("instances")) {
+    const std::string name = spec.at("name").get<std::string>();
+    if (a.quick && std::find(quick_names.begin(), quick_names.end(), name) == quick_names.end()) continue;
+    if (!a.only.empty() && name != a.only) continue;
+    Result<Problem> p = spec.contains("model") ? from_preset(spec) : synthetic(spec);
+    Status st = p.ok() ? set_budget(spec.at("budget").get<std::string>(), &p.value) : p.status;
+    if (!st.ok()) {
+      std::fprintf(stderr, "bench_suite: %s: %s\n", name.c_str(), st.message.c_str());
+      return 1;
+    }
+    if (!a.problems_dir.empty()) {
+      Status written = write_text_file(a.problems_dir + "/" + name + ".json", problem_to_json(p.value));
+      if (!written.ok()) {
+        std::fprintf(stderr, "bench_suite: %s\n", written.message.c_str());
+        return 1;
+      }
+    }
+    Result<Row> row = run_instance(name, spec, p.value, a, &violations);
+    if (!row.ok()) {
+      std::fprintf(stderr, "bench_suite: %s: %s\n", name.c_str(), row.status.message.c_str());
+      return 1;
+    }
+    rows.push_back(std::move(row.value));
   }
 
-  if (!out_path.empty() || !csv_path.empty()) {
-    json results = json::array();
-    std::string csv = "instance,devices,microbatches,budget,memory_limited,best_family,best_family_us,pipeoffload_us,outcome,optimized_us,idle_cut,lower_bound_us,gap,wall_s,evaluations,stopped_by_time,idle_cut_recompute_idle,optimized_any_timing,families_nominal_only,safe_family,optimized_p95_5_us,safe_family_p95_5_us,optimized_p95_10_us,safe_family_p95_10_us\n";
-    for (const Row& r : rows) {
-      const double cut = idle_cut(r, false), work_cut = idle_cut(r, true);
-      results.push_back({{"instance", r.name}, {"devices", r.devices}, {"microbatches", r.microbatches}, {"budget", r.budget},
-                         {"memory_limited", r.memory_limited}, {"best_family", r.baseline}, {"best_family_us", r.baseline_us},
-                         {"pipeoffload_us", r.pipeoffload_us}, {"outcome", r.outcome}, {"optimized_us", r.optimized_us},
-                         {"idle_cut", cut}, {"lower_bound_us", r.bound_us}, {"gap", r.gap}, {"wall_s", r.wall_s},
-                         {"evaluations", r.evaluations}, {"stopped_by_time", r.stopped_by_time},
-                         {"idle_cut_recompute_idle", work_cut}, {"optimized_any_timing", r.optimized_any_timing},
-                         {"families_nominal_only", r.families_nominal_only}, {"safe_family", r.safe_family},
-                         {"optimized_p95_us", {r.optimized_p95_us[0], r.optimized_p95_us[1]}},
-                         {"safe_family_p95_us", {r.safe_family_p95_us[0], r.safe_family_p95_us[1]}}});
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.4f},{},{:.4f},{:.2f},{},{},{:.4f},{},{},{},{},{},{},{}\n", r.name, r.devices,
-                         r.microbatches, r.budget, r.memory_limited, r.baseline, r.baseline_us, r.pipeoffload_us, r.outcome,
-                         r.optimized_us, cut, r.bound_us, r.gap, r.wall_s, r.evaluations, r.stopped_by_time, work_cut,
-                         r.optimized_any_timing, r.families_nominal_only, r.safe_family, r.optimized_p95_us[0],
-                         r.safe_family_p95_us[0], r.optimized_p95_us[1], r.safe_family_p95_us[1]);
-    }
-    if (!out_path.empty()) {
-      json doc = {{"suite", suite_path}, {"time_limit_s", options.time_limit_s}, {"threads", options.threads},
-                  {"timing", timing}, {"noise_samples", noise_samples}, {"robust_sigma", options.robust_sigma},
-                  {"robust_samples", options.robust_samples},
-                  {"seed", options.seed}, {"quick", quick}, {"results", results}};
-      if (Status s = write_text_file(out_path, doc.dump(1) + "\n"); !s.ok()) std::fprintf(stderr, "bench_suite: %s\n", s.message.c_str());
-    }
-    if (!csv_path.empty())
-      if (Status s = write_text_file(csv_path, csv); !s.ok()) std::fprintf(stderr, "bench_suite: %s\n", s.message.c_str());
-  }
+  print_summary(rows, a.noise_samples);
+  if (!a.out_path.empty() || !a.csv_path.empty()) write_results(rows, a);
   if (violations > 0) {
     std::printf("%d invariant violation(s)\n", violations);
     return 1;
