@@ -55,11 +55,8 @@ Timeline checked(const Problem& p, const Schedule& s, const SimOptions& sim) {
   return std::move(v.sim.timeline);
 }
 
-}  // namespace
-
-PYBIND11_MODULE(optpipe, m) {
-  m.doc() = "optpipe: pipeline-parallel schedules under a memory budget";
-
+// The module's functions by subject, each a list of m.def registrations.
+void add_problem_functions(py::module_& m) {
   m.def("families", [] { return to_dict(families_json().dump()); }, "The schedule families: name, placement, chunks per device, description.");
 
   m.def("default_problem", [] { return to_dict(problem_to_json(default_problem())); },
@@ -78,7 +75,9 @@ PYBIND11_MODULE(optpipe, m) {
     return to_dict(problem_to_json(value_or_raise(build_problem(spec, c, plan))));
   }, py::arg("model"), py::arg("cluster"), py::arg("budget") = py::none(), py::arg("microbatches") = 0,
      "The problem the cost model builds for a preset model on a cluster, e.g. (\"llama2-13b\", \"8xa100-40gb\", \"36GiB\").");
+}
 
+void add_optimizer_functions(py::module_& m) {
   m.def("optimize", [](const py::object& problem, double time_limit_s, uint64_t seed, int threads, int64_t max_evaluations,
                        bool exact, const std::string& timing, double robust, int robust_samples) {
     if (timing != "any" && timing != "exact") throw py::value_error("timing: \"any\" or \"exact\", got \"" + timing + "\"");
@@ -123,7 +122,9 @@ PYBIND11_MODULE(optpipe, m) {
   }, py::arg("problem"), py::arg("schedule"), py::arg("sigma") = 0.05, py::arg("profile_error") = 0.0,
      py::arg("samples") = 200, py::arg("seed") = 1,
      "Makespan mean/p50/p95 under timing noise, and how many samples overflowed as planned or got stuck gated.");
+}
 
+void add_schedule_functions(py::module_& m) {
   m.def("schedule", [](const std::string& family, const py::object& problem, int chunks) {
     const Family* f = find_family(family);
     if (!f) throw py::value_error("unknown family \"" + family + "\"");
@@ -147,7 +148,9 @@ PYBIND11_MODULE(optpipe, m) {
     for (const Issue& i : validate(p, s).issues) issues.push_back(i.message);
     return issues;
   }, py::arg("problem"), py::arg("schedule"), "The validator's issues (empty: valid and within budget).");
+}
 
+void add_export_functions(py::module_& m) {
   m.def("schedule_to_json", [](const py::object& schedule) {
     return schedule_to_json(value_or_raise(schedule_from_json(to_text(schedule))));
   }, py::arg("schedule"), "The schedule in optpipe.schedule/1 JSON text.");
@@ -166,4 +169,14 @@ PYBIND11_MODULE(optpipe, m) {
     auto [p, s] = pair_args(problem, schedule);
     return schedule_svg(p, s, checked(p, s, {.op_times = true, .memory_curve = true}), title);
   }, py::arg("problem"), py::arg("schedule"), py::arg("title") = "schedule", "Gantt and memory chart, SVG text.");
+}
+
+}  // namespace
+
+PYBIND11_MODULE(optpipe, m) {
+  m.doc() = "optpipe: pipeline-parallel schedules under a memory budget";
+  add_problem_functions(m);
+  add_optimizer_functions(m);
+  add_schedule_functions(m);
+  add_export_functions(m);
 }
