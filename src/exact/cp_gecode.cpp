@@ -234,11 +234,8 @@ class PipeSpace : public IntMinimizeSpace {
   IntVar cost() const override { return makespan; }
 };
 
-CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
-  CpSolution out;
-  out.status = check_problem(p);
-  if (!out.status.ok()) return out;
+// All work and hops in sequence: no schedule needs longer.
+double serial_total_us(const Problem& p, const CpOptions& options) {
   const int S = p.num_stages(), M = p.num_microbatches;
   const bool offload = options.memory && options.offload;
   double total_us = 2.0 * S * M * p.t_comm_us;
@@ -247,28 +244,36 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
     total_us += M * (st.t_f_us + st.t_b_us + st.t_w_us + (options.recompute ? st.t_r_us : 0));
     if (offload) total_us += M * (p.offload_us(s) + p.reload_us(s));
   }
-  Grid g;
-  // The grid: the coarsest 2^-k µs on which every duration and hop is exact (re-cut stages have
-  // halves), within 1e8 steps; else as fine as 1e8 steps allow, durations rounded down.
-  g.unit_us = options.unit_us > 0 ? options.unit_us : std::max(1.0, total_us / 1e8);
-  if (options.unit_us <= 0) {
-    auto exact_on = [&](double unit) {
-      auto whole = [&](double us) { return std::fabs(us / unit - std::round(us / unit)) < 1e-6; };
-      if (!whole(p.t_comm_us)) return false;
-      for (int s = 0; s < S; s++) {
-        const StageSpec& st = p.stages[s];
-        if (!whole(st.t_f_us) || !whole(st.t_b_us) || !whole(st.t_w_us) || (options.recompute && !whole(st.t_r_us)))
-          return false;
-        if (offload && (!whole(p.offload_us(s)) || !whole(p.reload_us(s)))) return false;
-      }
-      return true;
-    };
+  return total_us;
+}
+
+// The grid: the option's, else the coarsest 2^-k µs on which every duration and hop is exact
+// (re-cut stages have halves), within 1e8 steps; else as fine as 1e8 steps allow, durations
+// rounded down.
+double grid_unit_us(const Problem& p, const CpOptions& options, double total_us) {
+  const bool offload = options.memory && options.offload;
+  auto exact_on = [&](double unit) {
+    auto whole = [&](double us) { return std::fabs(us / unit - std::round(us / unit)) < 1e-6; };
+    if (!whole(p.t_comm_us)) return false;
+    for (int s = 0; s < p.num_stages(); s++) {
+      const StageSpec& st = p.stages[s];
+      if (!whole(st.t_f_us) || !whole(st.t_b_us) || !whole(st.t_w_us)) return false;
+      if (options.recompute && !whole(st.t_r_us)) return false;
+      if (offload && (!whole(p.offload_us(s)) || !whole(p.reload_us(s)))) return false;
+    }
+    return true;
+  };
+  if (options.unit_us <= 0)
     for (double unit = 1; total_us / unit <= 1e8 && unit >= 1.0 / 1024; unit /= 2)
-      if (exact_on(unit)) {
-        g.unit_us = unit;
-        break;
-      }
-  }
+      if (exact_on(unit)) return unit;
+  return options.unit_us > 0 ? options.unit_us : std::max(1.0, total_us / 1e8);
+}
+
+Grid make_grid(const Problem& p, const CpOptions& options) {
+  const int S = p.num_stages(), M = p.num_microbatches;
+  const double total_us = serial_total_us(p, options);
+  Grid g;
+  g.unit_us = grid_unit_us(p, options, total_us);
   g.horizon = static_cast<int>(std::ceil(total_us / g.unit_us)) + 1;
   g.index.assign(num_op_ids(p), -1);
   for (int s = 0; s < S; s++)
@@ -285,7 +290,48 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
     g.off_dur.push_back(static_cast<int>(std::ceil(p.offload_us(s) / g.unit_us - 1e-9)));
     g.rel_dur.push_back(static_cast<int>(std::ceil(p.reload_us(s) / g.unit_us - 1e-9)));
   }
+  return g;
+}
 
+// The schedule of the best solution: each device's ops by their start times, the offloaded
+// activations' transfers settled in the simulator, and its simulated makespan as the objective.
+void read_back_schedule(const Problem& p, const Grid& g, const PipeSpace& best, bool offload,
+                        CpSolution* out) {
+  const int S = p.num_stages(), M = p.num_microbatches;
+  std::vector<Op> ops = g.ops;
+  for (int k = 0; k < best.recompute.size(); k++)
+    if (best.recompute[k].val()) ops.push_back({OpKind::kR, k / M, k % M});
+  auto start = [&](const Op& op) -> double {
+    return op.kind == OpKind::kR ? best.r_start[op.stage * M + op.microbatch].val()
+                                 : best.start[g.index[op_id(p, op)]].val();
+  };
+  out->schedule = schedule_by_start(p, ops, start);
+  if (offload) {
+    std::vector<TransferTimes> transfers;
+    for (int k = 0; k < best.offload.size(); k++)
+      if (best.offload[k].val())
+        transfers.push_back({k / M, k % M, static_cast<double>(best.off_start[k].val()),
+                             static_cast<double>(best.off_start[k].val() + g.off_dur[k / M]),
+                             static_cast<double>(best.rel_start[k].val())});
+    auto end = [&](const Op& op) -> double {
+      return start(op) + (op.kind == OpKind::kR ? g.r_dur[op.stage] : g.dur[g.index[op_id(p, op)]]);
+    };
+    add_transfers_by_start(p, start, end, std::move(transfers), &out->schedule);
+    // The simulator may run a reload earlier than the model did; fix what that overflows.
+    if (!settle_transfers(p, 4 * S * M, &out->schedule))
+      out->status = Status::Internal("the CP solution's transfers overflow a budget when simulated");
+  }
+  SimResult sim = simulate(p, out->schedule, {.op_times = false});
+  if (sim.ok()) out->objective_us = sim.timeline.makespan_us;
+  else out->status = Status::Internal("the CP solution does not simulate: " + sim.status.message);
+}
+
+CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CpSolution out;
+  out.status = check_problem(p);
+  if (!out.status.ok()) return out;
+  const Grid g = make_grid(p, options);
   auto root = std::make_unique<PipeSpace>(p, g, options.memory, options.recompute, options.offload);
   if (root->status() == SS_FAILED) {
     out.status = Status::Infeasible("the CP model has no solution: nothing fits the budget");
@@ -293,7 +339,8 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
   }
   out.bound_us = root->makespan.min() * g.unit_us;  // what propagation alone proves
   Search::Options so;
-  TimeOrNodeStop stop(static_cast<unsigned long>(std::max(1.0, options.time_limit_s * 1000)), options.max_nodes);
+  const auto time_limit_ms = static_cast<unsigned long>(std::max(1.0, options.time_limit_s * 1000));
+  TimeOrNodeStop stop(time_limit_ms, options.max_nodes);
   so.stop = &stop;
   BAB<PipeSpace> engine(root.get(), so);
   std::unique_ptr<PipeSpace> best;
@@ -301,35 +348,13 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
   out.nodes = static_cast<int64_t>(engine.statistics().node);
   out.proven_optimal = !engine.stopped();
   if (!best) {
-    out.status = out.proven_optimal ? Status::Infeasible("the CP model has no solution: nothing fits the budget")
-                                    : Status::TimeLimit("the CP search found no solution within its time limit");
+    // A search that finished without a solution proves there is none.
+    out.status = out.proven_optimal
+                     ? Status::Infeasible("the CP model has no solution: nothing fits the budget")
+                     : Status::TimeLimit("the CP search found no solution within its time limit");
   } else {
     if (out.proven_optimal) out.bound_us = best->makespan.val() * g.unit_us;
-    std::vector<Op> ops = g.ops;
-    for (int k = 0; k < best->recompute.size(); k++)
-      if (best->recompute[k].val()) ops.push_back({OpKind::kR, k / M, k % M});
-    auto start = [&](const Op& op) -> double {
-      return op.kind == OpKind::kR ? best->r_start[op.stage * M + op.microbatch].val() : best->start[g.index[op_id(p, op)]].val();
-    };
-    out.schedule = schedule_by_start(p, ops, start);
-    if (offload) {
-      std::vector<TransferTimes> transfers;
-      for (int k = 0; k < best->offload.size(); k++)
-        if (best->offload[k].val())
-          transfers.push_back({k / M, k % M, static_cast<double>(best->off_start[k].val()),
-                               static_cast<double>(best->off_start[k].val() + g.off_dur[k / M]),
-                               static_cast<double>(best->rel_start[k].val())});
-      auto end = [&](const Op& op) -> double {
-        return start(op) + (op.kind == OpKind::kR ? g.r_dur[op.stage] : g.dur[g.index[op_id(p, op)]]);
-      };
-      add_transfers_by_start(p, start, end, std::move(transfers), &out.schedule);
-      // The simulator may run a reload earlier than the model did; fix what that overflows.
-      if (!settle_transfers(p, 4 * S * M, &out.schedule))
-        out.status = Status::Internal("the CP solution's transfers overflow a budget when simulated");
-    }
-    SimResult sim = simulate(p, out.schedule, {.op_times = false});
-    if (sim.ok()) out.objective_us = sim.timeline.makespan_us;
-    else out.status = Status::Internal("the CP solution does not simulate: " + sim.status.message);
+    read_back_schedule(p, g, *best, options.memory && options.offload, &out);
   }
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
