@@ -63,160 +63,24 @@ class PipeSpace : public IntMinimizeSpace {
 
   PipeSpace(const Problem& p, const Grid& g, bool memory, bool with_recompute, bool with_offload)
       : start(*this, static_cast<int>(g.ops.size()), 0, g.horizon), makespan(*this, 0, g.horizon) {
-    const int S = p.num_stages(), M = p.num_microbatches;
-    const bool rc = memory && with_recompute, oc = memory && with_offload;
-    auto var = [&](OpKind k, int s, int i) { return start[g.index[op_id(p, Op{k, s, i})]]; };
-    auto d = [&](OpKind k, int s, int i) { return g.dur[g.index[op_id(p, Op{k, s, i})]]; };
-    const int hop = static_cast<int>(std::floor(p.t_comm_us / g.unit_us));
-    auto hop_between = [&](int a, int b) { return p.device_of(a) == p.device_of(b) ? 0 : hop; };
-    for (int s = 0; s < S; s++)
-      for (int i = 0; i < M; i++) {
-        if (s > 0) rel(*this, var(OpKind::kF, s, i) >= var(OpKind::kF, s - 1, i) + d(OpKind::kF, s - 1, i) + hop_between(s - 1, s));
-        rel(*this, var(OpKind::kB, s, i) >= var(OpKind::kF, s, i) + d(OpKind::kF, s, i));
-        if (s + 1 < S)
-          rel(*this, var(OpKind::kB, s, i) >= var(OpKind::kB, s + 1, i) + d(OpKind::kB, s + 1, i) + hop_between(s + 1, s));
-        rel(*this, var(OpKind::kW, s, i) >= var(OpKind::kB, s, i) + d(OpKind::kB, s, i));
-        rel(*this, makespan >= var(OpKind::kW, s, i) + d(OpKind::kW, s, i));
-        if (i + 1 < M)
-          for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW}) rel(*this, var(k, s, i + 1) >= var(k, s, i) + d(k, s, i));
-      }
-    if (rc) {
-      recompute = BoolVarArray(*this, S * M, 0, 1);
-      r_start = IntVarArray(*this, S * M, 0, g.horizon);
-      for (int s = 0; s < S; s++)
-        for (int i = 0; i < M; i++) {
-          const BoolVar r = recompute[s * M + i];
-          const IntVar R = r_start[s * M + i], F = var(OpKind::kF, s, i), B = var(OpKind::kB, s, i);
-          if (p.stages[s].act_f_bytes <= p.stages[s].act_input_bytes) rel(*this, r, IRT_EQ, 0);  // nothing to drop
-          rel(*this, R >= F + d(OpKind::kF, s, i));
-          rel(*this, r >> (B >= R + g.r_dur[s]));
-          rel(*this, (!r) >> (R == F + d(OpKind::kF, s, i)));
-        }
-    }
-    if (oc) {
-      offload = BoolVarArray(*this, S * M, 0, 1);
-      off_start = IntVarArray(*this, S * M, 0, g.horizon);
-      rel_start = IntVarArray(*this, S * M, 0, g.horizon);
-      for (int s = 0; s < S; s++)
-        for (int i = 0; i < M; i++) {
-          const BoolVar o = offload[s * M + i];
-          const IntVar O = off_start[s * M + i], L = rel_start[s * M + i];
-          const IntVar F_end = expr(*this, var(OpKind::kF, s, i) + d(OpKind::kF, s, i)), B = var(OpKind::kB, s, i);
-          if (p.stages[s].act_f_bytes <= 0) rel(*this, o, IRT_EQ, 0);
-          if (rc) rel(*this, o + recompute[s * M + i] <= 1);
-          rel(*this, O >= F_end);
-          rel(*this, o >> (L >= O + g.off_dur[s]));
-          rel(*this, o >> (B >= L + g.rel_dur[s]));
-          rel(*this, (!o) >> (O == F_end));
-          rel(*this, (!o) >> (L == F_end));
-        }
-      // One transfer at a time per direction of each host link, whichever devices share it.
-      int max_link = 0;
-      for (const DeviceSpec& dev : p.devices) max_link = std::max(max_link, dev.host_link);
-      for (int link = 0; link <= max_link; link++) {
-        IntVarArgs os, ls;
-        IntArgs od, ld;
-        BoolVarArgs on;
-        for (int s = 0; s < S; s++)
-          for (int i = 0; i < M && p.devices[p.device_of(s)].host_link == link; i++) {
-            os << off_start[s * M + i];
-            ls << rel_start[s * M + i];
-            od << g.off_dur[s];
-            ld << g.rel_dur[s];
-            on << offload[s * M + i];
-          }
-        if (on.size() == 0) continue;
-        unary(*this, os, od, on);
-        unary(*this, ls, ld, on);
-      }
-    }
+    const Posting c{p, g, p.num_stages(), p.num_microbatches, memory && with_recompute, memory && with_offload};
+    post_precedences(c);
+    if (c.rc) post_recompute(c);
+    if (c.oc) post_offload(c);
     const BoolVar always(*this, 1, 1);
     for (int dev = 0; dev < p.num_devices; dev++) {
-      IntVarArgs starts;
-      IntArgs durs;
-      BoolVarArgs present;
-      for (size_t k = 0; k < g.ops.size(); k++)
-        if (p.device_of(g.ops[k].stage) == dev) {
-          starts << start[static_cast<int>(k)];
-          durs << g.dur[k];
-          present << always;
-        }
-      for (int s = 0; s < S && rc; s++)
-        for (int i = 0; i < M && p.device_of(s) == dev; i++) {
-          starts << r_start[s * M + i];
-          durs << g.r_dur[s];
-          present << recompute[s * M + i];
-        }
-      unary(*this, starts, durs, present);
-      if (!memory) continue;
-      // Memory as lifetimes on a cumulative resource. Kept: what B frees lives from F's start to
-      // B's end, what W frees to W's end. Recomputed: all of F's bytes while F runs, the input
-      // until R starts, all again from R's start to B's end, then what W frees. Heights in MiB,
-      // rounded up; the capacity rounded down. A mandatory task taller than the capacity never
-      // fits (Gecode would refuse to post it); an optional one is switched off.
-      constexpr double kMiB = 1 << 20;
-      const double room = static_cast<double>(p.devices[dev].mem_budget_bytes - p.devices[dev].static_bytes) / kMiB;
-      const int capacity = room < 0 ? -1 : static_cast<int>(std::floor(std::min(room, 1e9)));
-      IntVarArgs ts, tp, te;
-      IntArgs height;
-      BoolVarArgs live;
-      bool too_tall = capacity < 0;
-      auto task = [&](IntVar from, IntVar to, int64_t bytes, BoolVar when) {
-        if (bytes <= 0) return;
-        const double h = std::ceil(bytes / kMiB);
-        if (h > capacity) {
-          if (when.assigned() && when.val() == 1) too_tall = true;
-          else rel(*this, when, IRT_EQ, 0);
-          return;
-        }
-        ts << from;
-        tp << expr(*this, to - from);
-        te << to;
-        height << static_cast<int>(h);
-        live << when;
-      };
-      for (int s = 0; s < S; s++) {
-        if (p.device_of(s) != dev) continue;
-        const StageSpec& st = p.stages[s];
-        for (int i = 0; i < M; i++) {
-          const IntVar F = var(OpKind::kF, s, i);
-          const IntVar B_end = expr(*this, var(OpKind::kB, s, i) + d(OpKind::kB, s, i));
-          const IntVar W_end = expr(*this, var(OpKind::kW, s, i) + d(OpKind::kW, s, i));
-          const BoolVar kept = rc && oc   ? expr(*this, !recompute[s * M + i] && !offload[s * M + i])
-                               : rc       ? expr(*this, !recompute[s * M + i])
-                               : oc       ? expr(*this, !offload[s * M + i])
-                                          : always;
-          task(F, B_end, -st.act_b_bytes, kept);
-          task(F, W_end, -st.act_w_bytes, kept);
-          if (oc) {
-            // Offloaded: all of F's bytes until the offload ends, again from the reload's start.
-            const BoolVar o = offload[s * M + i];
-            const IntVar L = rel_start[s * M + i];
-            task(F, expr(*this, off_start[s * M + i] + g.off_dur[s]), st.act_f_bytes, o);
-            task(L, B_end, -st.act_b_bytes, o);
-            task(L, W_end, -st.act_w_bytes, o);
-          }
-          if (!rc) continue;
-          const BoolVar r = recompute[s * M + i];
-          const IntVar F_end = expr(*this, F + d(OpKind::kF, s, i)), R = r_start[s * M + i];
-          task(F, F_end, st.act_f_bytes, r);
-          task(F_end, R, st.act_input_bytes, r);
-          task(R, B_end, st.act_f_bytes, r);
-          task(B_end, W_end, -st.act_w_bytes, r);
-        }
-      }
-      if (too_tall) {
+      post_device_order(c, dev, always);
+      if (memory && !post_memory(c, dev, always)) {
         fail();
         return;
       }
-      if (ts.size() > 0) cumulative(*this, capacity, ts, tp, te, height, live);
     }
-    if (rc) branch(*this, recompute, BOOL_VAR_NONE(), BOOL_VAL_MAX());  // recomputing first: the search reaches pipelined orders sooner
-    if (oc) branch(*this, offload, BOOL_VAR_NONE(), BOOL_VAL_MAX());  // likewise: keeping first took seconds where this takes milliseconds
+    if (c.rc) branch(*this, recompute, BOOL_VAR_NONE(), BOOL_VAL_MAX());  // recomputing first: the search reaches pipelined orders sooner
+    if (c.oc) branch(*this, offload, BOOL_VAR_NONE(), BOOL_VAL_MAX());  // likewise: keeping first took seconds where this takes milliseconds
     IntVarArgs times;
     times << start;
-    if (rc) times << r_start;
-    if (oc) times << off_start << rel_start;
+    if (c.rc) times << r_start;
+    if (c.oc) times << off_start << rel_start;
     branch(*this, times, INT_VAR_MIN_MIN(), INT_VAL_MIN());
     branch(*this, makespan, INT_VAL_MIN());  // fixed last, at the latest end
   }
@@ -232,6 +96,183 @@ class PipeSpace : public IntMinimizeSpace {
   }
   Space* copy() override { return new PipeSpace(*this); }
   IntVar cost() const override { return makespan; }
+
+ private:
+  // What every posting step reads: the problem on its grid, and whether recomputes and offloads
+  // are decided.
+  struct Posting {
+    const Problem& p;
+    const Grid& g;
+    int S, M;
+    bool rc, oc;
+    int index(OpKind k, int s, int i) const { return g.index[op_id(p, Op{k, s, i})]; }
+    int d(OpKind k, int s, int i) const { return g.dur[index(k, s, i)]; }
+  };
+  IntVar var(const Posting& c, OpKind k, int s, int i) { return start[c.index(k, s, i)]; }
+
+  // Dataflow between stages and microbatches, each kind in microbatch order, and the makespan.
+  void post_precedences(const Posting& c) {
+    const Problem& p = c.p;
+    const int hop = static_cast<int>(std::floor(p.t_comm_us / c.g.unit_us));
+    auto hop_between = [&](int a, int b) { return p.device_of(a) == p.device_of(b) ? 0 : hop; };
+    for (int s = 0; s < c.S; s++)
+      for (int i = 0; i < c.M; i++) {
+        if (s > 0)
+          rel(*this, var(c, OpKind::kF, s, i) >=
+                         var(c, OpKind::kF, s - 1, i) + c.d(OpKind::kF, s - 1, i) + hop_between(s - 1, s));
+        rel(*this, var(c, OpKind::kB, s, i) >= var(c, OpKind::kF, s, i) + c.d(OpKind::kF, s, i));
+        if (s + 1 < c.S)
+          rel(*this, var(c, OpKind::kB, s, i) >=
+                         var(c, OpKind::kB, s + 1, i) + c.d(OpKind::kB, s + 1, i) + hop_between(s + 1, s));
+        rel(*this, var(c, OpKind::kW, s, i) >= var(c, OpKind::kB, s, i) + c.d(OpKind::kB, s, i));
+        rel(*this, makespan >= var(c, OpKind::kW, s, i) + c.d(OpKind::kW, s, i));
+        if (i + 1 < c.M)
+          for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW})
+            rel(*this, var(c, k, s, i + 1) >= var(c, k, s, i) + c.d(k, s, i));
+      }
+  }
+
+  // An optional R per stage and microbatch, between its F and its B.
+  void post_recompute(const Posting& c) {
+    const int S = c.S, M = c.M;
+    recompute = BoolVarArray(*this, S * M, 0, 1);
+    r_start = IntVarArray(*this, S * M, 0, c.g.horizon);
+    for (int s = 0; s < S; s++)
+      for (int i = 0; i < M; i++) {
+        const BoolVar r = recompute[s * M + i];
+        const IntVar R = r_start[s * M + i], F = var(c, OpKind::kF, s, i), B = var(c, OpKind::kB, s, i);
+        if (c.p.stages[s].act_f_bytes <= c.p.stages[s].act_input_bytes) rel(*this, r, IRT_EQ, 0);  // nothing to drop
+        rel(*this, R >= F + c.d(OpKind::kF, s, i));
+        rel(*this, r >> (B >= R + c.g.r_dur[s]));
+        rel(*this, (!r) >> (R == F + c.d(OpKind::kF, s, i)));
+      }
+  }
+
+  // An optional offload and reload per stage and microbatch, one transfer at a time per direction
+  // of each host link, whichever devices share it.
+  void post_offload(const Posting& c) {
+    const Problem& p = c.p;
+    const int S = c.S, M = c.M;
+    offload = BoolVarArray(*this, S * M, 0, 1);
+    off_start = IntVarArray(*this, S * M, 0, c.g.horizon);
+    rel_start = IntVarArray(*this, S * M, 0, c.g.horizon);
+    for (int s = 0; s < S; s++)
+      for (int i = 0; i < M; i++) {
+        const BoolVar o = offload[s * M + i];
+        const IntVar O = off_start[s * M + i], L = rel_start[s * M + i];
+        const IntVar F_end = expr(*this, var(c, OpKind::kF, s, i) + c.d(OpKind::kF, s, i)), B = var(c, OpKind::kB, s, i);
+        if (p.stages[s].act_f_bytes <= 0) rel(*this, o, IRT_EQ, 0);
+        if (c.rc) rel(*this, o + recompute[s * M + i] <= 1);
+        rel(*this, O >= F_end);
+        rel(*this, o >> (L >= O + c.g.off_dur[s]));
+        rel(*this, o >> (B >= L + c.g.rel_dur[s]));
+        rel(*this, (!o) >> (O == F_end));
+        rel(*this, (!o) >> (L == F_end));
+      }
+    int max_link = 0;
+    for (const DeviceSpec& dev : p.devices) max_link = std::max(max_link, dev.host_link);
+    for (int link = 0; link <= max_link; link++) {
+      IntVarArgs os, ls;
+      IntArgs od, ld;
+      BoolVarArgs on;
+      for (int s = 0; s < S; s++)
+        for (int i = 0; i < M && p.devices[p.device_of(s)].host_link == link; i++) {
+          os << off_start[s * M + i];
+          ls << rel_start[s * M + i];
+          od << c.g.off_dur[s];
+          ld << c.g.rel_dur[s];
+          on << offload[s * M + i];
+        }
+      if (on.size() == 0) continue;
+      unary(*this, os, od, on);
+      unary(*this, ls, ld, on);
+    }
+  }
+
+  // One op at a time on the device: its F, B and W, and its recomputes when present.
+  void post_device_order(const Posting& c, int dev, const BoolVar& always) {
+    IntVarArgs starts;
+    IntArgs durs;
+    BoolVarArgs present;
+    for (size_t k = 0; k < c.g.ops.size(); k++)
+      if (c.p.device_of(c.g.ops[k].stage) == dev) {
+        starts << start[static_cast<int>(k)];
+        durs << c.g.dur[k];
+        present << always;
+      }
+    for (int s = 0; s < c.S && c.rc; s++)
+      for (int i = 0; i < c.M && c.p.device_of(s) == dev; i++) {
+        starts << r_start[s * c.M + i];
+        durs << c.g.r_dur[s];
+        present << recompute[s * c.M + i];
+      }
+    unary(*this, starts, durs, present);
+  }
+
+  // Memory as lifetimes on a cumulative resource. Kept: what B frees lives from F's start to B's
+  // end, what W frees to W's end. Recomputed: all of F's bytes while F runs, the input until R
+  // starts, all again from R's start to B's end, then what W frees. Heights in MiB, rounded up;
+  // the capacity rounded down. A mandatory task taller than the capacity never fits (Gecode would
+  // refuse to post it): false; an optional one is switched off.
+  bool post_memory(const Posting& c, int dev, const BoolVar& always) {
+    const Problem& p = c.p;
+    const int M = c.M;
+    const bool rc = c.rc, oc = c.oc;
+    constexpr double kMiB = 1 << 20;
+    const double room = static_cast<double>(p.devices[dev].mem_budget_bytes - p.devices[dev].static_bytes) / kMiB;
+    const int capacity = room < 0 ? -1 : static_cast<int>(std::floor(std::min(room, 1e9)));
+    IntVarArgs ts, tp, te;
+    IntArgs height;
+    BoolVarArgs live;
+    bool too_tall = capacity < 0;
+    auto task = [&](IntVar from, IntVar to, int64_t bytes, BoolVar when) {
+      if (bytes <= 0) return;
+      const double h = std::ceil(bytes / kMiB);
+      if (h > capacity) {
+        if (when.assigned() && when.val() == 1) too_tall = true;
+        else rel(*this, when, IRT_EQ, 0);
+        return;
+      }
+      ts << from;
+      tp << expr(*this, to - from);
+      te << to;
+      height << static_cast<int>(h);
+      live << when;
+    };
+    for (int s = 0; s < c.S; s++) {
+      if (p.device_of(s) != dev) continue;
+      const StageSpec& st = p.stages[s];
+      for (int i = 0; i < M; i++) {
+        const IntVar F = var(c, OpKind::kF, s, i);
+        const IntVar B_end = expr(*this, var(c, OpKind::kB, s, i) + c.d(OpKind::kB, s, i));
+        const IntVar W_end = expr(*this, var(c, OpKind::kW, s, i) + c.d(OpKind::kW, s, i));
+        const BoolVar kept = rc && oc ? expr(*this, !recompute[s * M + i] && !offload[s * M + i])
+                             : rc     ? expr(*this, !recompute[s * M + i])
+                             : oc     ? expr(*this, !offload[s * M + i])
+                                      : always;
+        task(F, B_end, -st.act_b_bytes, kept);
+        task(F, W_end, -st.act_w_bytes, kept);
+        if (oc) {
+          // Offloaded: all of F's bytes until the offload ends, again from the reload's start.
+          const BoolVar o = offload[s * M + i];
+          const IntVar L = rel_start[s * M + i];
+          task(F, expr(*this, off_start[s * M + i] + c.g.off_dur[s]), st.act_f_bytes, o);
+          task(L, B_end, -st.act_b_bytes, o);
+          task(L, W_end, -st.act_w_bytes, o);
+        }
+        if (!rc) continue;
+        const BoolVar r = recompute[s * M + i];
+        const IntVar F_end = expr(*this, F + c.d(OpKind::kF, s, i)), R = r_start[s * M + i];
+        task(F, F_end, st.act_f_bytes, r);
+        task(F_end, R, st.act_input_bytes, r);
+        task(R, B_end, st.act_f_bytes, r);
+        task(B_end, W_end, -st.act_w_bytes, r);
+      }
+    }
+    if (too_tall) return false;
+    if (ts.size() > 0) cumulative(*this, capacity, ts, tp, te, height, live);
+    return true;
+  }
 };
 
 // All work and hops in sequence: no schedule needs longer.
