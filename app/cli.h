@@ -14,7 +14,9 @@ namespace optpipe {
 
 // For unsigned options: CLI11 would wrap "-1" around to 2^64 − 1.
 inline const CLI::Validator kNoMinus(
-    [](std::string& text) { return text.find('-') == std::string::npos ? std::string() : "must not be negative, got " + text; },
+    [](std::string& text) {
+      return text.find('-') == std::string::npos ? std::string() : "must not be negative, got " + text;
+    },
     "UINT");
 
 // Parses argv into `app` (help and version exit 0, usage errors 2), then runs `dispatch`, whose

@@ -56,8 +56,15 @@ Status family_row(const FamilyRun& o, const std::optional<NoiseSpec>& noise, Row
   for (const DeviceFigures& d : t.devices) worst = std::max(worst, d.worst_peak_bytes);
   char bubble[32];
   std::snprintf(bubble, sizeof bubble, "%.1f%%", 100 * t.bubble_ratio);
-  *row = {f.name, placement_label(f), format_us(t.makespan_us), format_us(bound), bubble, format_bytes(max_peak(t)),
-          format_bytes(worst), fits_cell(o.fits_any_timing, o.fits), peaks_per_device(t)};
+  *row = {f.name,
+          placement_label(f),
+          format_us(t.makespan_us),
+          format_us(bound),
+          bubble,
+          format_bytes(max_peak(t)),
+          format_bytes(worst),
+          fits_cell(o.fits_any_timing, o.fits),
+          peaks_per_device(t)};
   *j = timeline_json(o.built.problem, t);
   if (noise) {
     Result<NoiseReport> r = evaluate_noise(o.built.problem, o.built.schedule, *noise);
@@ -78,8 +85,8 @@ int run_compare(const CompareArgs& a, const std::optional<NoiseSpec>& noise) {
   Result<Problem> p = load_problem(a.problem_path);
   if (!p.ok()) return fail(p.status);
   nlohmann::json rows_json = nlohmann::json::array();
-  std::vector<Row> rows = {
-      {"family", "placement", "makespan", "lower bound", "bubble", "peak memory", "worst case", "fits", "peak per device"}};
+  std::vector<Row> rows = {{"family", "placement", "makespan", "lower bound", "bubble", "peak memory", "worst case",
+                            "fits", "peak per device"}};
   if (noise) rows[0].insert(rows[0].begin() + 3, {"p50 noisy", "p95 noisy", "over budget", "stuck"});
   int num_fit = 0;
   for (const FamilyRun& o : run_families(p.value, {.op_times = false})) {
@@ -95,10 +102,11 @@ int run_compare(const CompareArgs& a, const std::optional<NoiseSpec>& noise) {
   } else {
     std::printf("problem: %s\n\n%s", problem_summary(p.value).c_str(), aligned_table(rows).c_str());
     if (noise)
-      std::printf("\nnoisy: %d samples, per-op jitter σ %g, profile error σ %g, seed %llu; over budget: the samples in "
-                  "which a device passes its budget as planned (out of memory on a GPU); stuck: those in which, "
-                  "holding allocations until frees make room, nothing can\n",
-                  noise->samples, noise->jitter_sigma, noise->profile_sigma, static_cast<unsigned long long>(noise->seed));
+      std::printf(
+          "\nnoisy: %d samples, per-op jitter σ %g, profile error σ %g, seed %llu; over budget: the samples in "
+          "which a device passes its budget as planned (out of memory on a GPU); stuck: those in which, "
+          "holding allocations until frees make room, nothing can\n",
+          noise->samples, noise->jitter_sigma, noise->profile_sigma, static_cast<unsigned long long>(noise->seed));
   }
   return num_fit > 0 ? kExitOk : kExitInfeasible;
 }

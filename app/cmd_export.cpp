@@ -49,7 +49,8 @@ Command add_export_command(CLI::App& app) {
   c->add_option("--schedule,-s", a->schedule_path, "schedule JSON");
   c->add_option("--family,-f", a->family, "or: the schedule of this family");
   c->add_option("--chunks", a->chunks, "chunks per device, for interleaved families")->check(CLI::Range(1, 64));
-  c->add_option("--format", a->format, "json | trace (chrome://tracing, Perfetto) | csv (torch.distributed.pipelining) | svg")
+  c->add_option("--format", a->format,
+                "json | trace (chrome://tracing, Perfetto) | csv (torch.distributed.pipelining) | svg")
       ->check(CLI::IsMember({"json", "trace", "csv", "svg"}));
   c->add_option("--out,-o", a->out_path, "output file (default: stdout)");
   return {c, [a] { return run_export(*a); }};

@@ -26,14 +26,16 @@ void print_optimized(const Problem& input, const OptimizeOptions& options, const
   const double idle_reduction = has_best && st.best_family_idle_us > 0 ? 1 - t.idle_us / st.best_family_idle_us : 0;
   std::printf("problem: %s\n", problem_summary(input).c_str());
   if (has_best)
-    std::printf("best family that fits: %s, %s\n", st.best_family.c_str(), format_us(st.best_family_makespan_us).c_str());
+    std::printf("best family that fits: %s, %s\n", st.best_family.c_str(),
+                format_us(st.best_family_makespan_us).c_str());
   else
     std::printf("no family fits the budget\n");
   if (r.outcome != Outcome::kInfeasible) {
     std::printf("optimized (%s v%d, from %s): %s, bubble %.1f%%, idle time %.1f%% lower than the best family\n",
                 placement_name(r.problem.placement), r.problem.chunks_per_device, st.start_family.c_str(),
                 format_us(t.makespan_us).c_str(), 100 * t.bubble_ratio, 100 * idle_reduction);
-    std::printf("lower bound %s, gap %.1f%%: %s\n", format_us(r.lower_bound_us).c_str(), 100 * r.gap, outcome_name(r.outcome));
+    std::printf("lower bound %s, gap %.1f%%: %s\n", format_us(r.lower_bound_us).c_str(), 100 * r.gap,
+                outcome_name(r.outcome));
     std::printf("%s\n", timing_line(options, r).c_str());
   } else {
     std::printf("nothing found fits the budget; the best schedule found needs per device:");
@@ -45,13 +47,14 @@ void print_optimized(const Problem& input, const OptimizeOptions& options, const
   if (st.exact_solves > 0)
     std::printf("exact models (CP on Gecode, MILP on CBC): %d solve(s), %lld nodes\n", st.exact_solves,
                 static_cast<long long>(st.exact_nodes));
-  std::printf("search: %lld candidates in %.2f s, %lld improvements, %d needless recompute(s) and %d offload(s) "
-              "taken out, seed %llu, %d thread(s)%s\n\n",
-              static_cast<long long>(st.evaluations), st.wall_s, static_cast<long long>(st.improvements),
-              st.recomputes_dropped, st.offloads_dropped, static_cast<unsigned long long>(options.seed), options.threads,
-              st.stopped_by_time    ? "; stopped by the time limit, so another run may differ"
-              : st.exact_solves > 0 ? "; the exact models ran for the time left, so another run may differ"
-                                    : "");
+  std::printf(
+      "search: %lld candidates in %.2f s, %lld improvements, %d needless recompute(s) and %d offload(s) "
+      "taken out, seed %llu, %d thread(s)%s\n\n",
+      static_cast<long long>(st.evaluations), st.wall_s, static_cast<long long>(st.improvements), st.recomputes_dropped,
+      st.offloads_dropped, static_cast<unsigned long long>(options.seed), options.threads,
+      st.stopped_by_time    ? "; stopped by the time limit, so another run may differ"
+      : st.exact_solves > 0 ? "; the exact models ran for the time left, so another run may differ"
+                            : "");
   std::printf("%s", timeline_text(r.problem, t).c_str());
 }
 

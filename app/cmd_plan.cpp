@@ -73,8 +73,9 @@ struct PlanTable {
     const double gap = t.makespan_us > 0 ? (t.makespan_us - bound) / t.makespan_us : 0;
     const double speedup = best_makespan_us > 0 && row_fits ? best_makespan_us / t.makespan_us : 0;
     const bool any = fits_any_timing(fp, t);
-    rows.push_back({name, fits_cell(any, row_fits), format_us(t.makespan_us), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
-                    format_bytes(max_peak(t)), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-", format_us(bound),
+    rows.push_back({name, fits_cell(any, row_fits), format_us(t.makespan_us),
+                    fmt::format("{:.1f}%", 100 * t.bubble_ratio), format_bytes(max_peak(t)),
+                    speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-", format_us(bound),
                     fmt::format("{:.1f}%", 100 * gap)});
     json.push_back({{"schedule", name},
                     {"placement", placement_name(fp.placement)},
@@ -94,27 +95,31 @@ struct PlanTable {
   }
 };
 
-Status write_plan_files(const PlanArgs& a, const Problem& p, const OptimizeResult& r, const std::vector<FamilyRun>& runs) {
+Status write_plan_files(const PlanArgs& a, const Problem& p, const OptimizeResult& r,
+                        const std::vector<FamilyRun>& runs) {
   if (r.outcome != Outcome::kInfeasible && !a.out_path.empty())
     if (Status st = write_text_file(a.out_path, schedule_to_json(r.schedule)); !st.ok()) return st;
   if (!a.problem_out_path.empty())
     if (Status st = write_text_file(a.problem_out_path, problem_to_json(p)); !st.ok()) return st;
   if (a.report_path.empty()) return Status::Ok();
   const std::string title = "optpipe plan: " + a.model + " on " + a.cluster;
-  return write_text_file(a.report_path, html_report(title, problem_summary(p), report_rows(runs, r), report_charts(r, runs, {})));
+  return write_text_file(a.report_path,
+                         html_report(title, problem_summary(p), report_rows(runs, r), report_charts(r, runs, {})));
 }
 
-void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const OptimizeOptions& options, const OptimizeResult& r,
-                const FamilyRun* best, const PlanTable& table) {
-  const std::string what = a.model + " on " + a.cluster + ", " + std::to_string(p.num_microbatches) + " microbatches of " +
-                           std::to_string(a.microbatch_size) + " × " + std::to_string(seq_len) + " tokens";
+void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const OptimizeOptions& options,
+                const OptimizeResult& r, const FamilyRun* best, const PlanTable& table) {
+  const std::string what = a.model + " on " + a.cluster + ", " + std::to_string(p.num_microbatches) +
+                           " microbatches of " + std::to_string(a.microbatch_size) + " × " + std::to_string(seq_len) +
+                           " tokens";
   std::printf("%s\nproblem: %s\n\n%s\n", what.c_str(), problem_summary(p).c_str(), aligned_table(table.rows).c_str());
   if (r.outcome != Outcome::kInfeasible) {
     const std::string vs = best ? fmt::format("{:.3f}x the fastest family that fits ({})",
                                               table.best_makespan_us / r.timeline.makespan_us, best->family->name)
                                 : "no family fits";
-    std::printf("optimized: %s from %s; %s\n", placement_label(r.problem.placement, r.problem.chunks_per_device).c_str(),
-                r.stats.start_family.c_str(), vs.c_str());
+    std::printf("optimized: %s from %s; %s\n",
+                placement_label(r.problem.placement, r.problem.chunks_per_device).c_str(), r.stats.start_family.c_str(),
+                vs.c_str());
     std::printf("%s\n", timing_line(options, r).c_str());
     if (!a.out_path.empty()) std::printf("wrote %s\n", a.out_path.c_str());
   } else {
@@ -140,8 +145,10 @@ int run_plan(const PlanArgs& a) {
   PlanTable table;
   table.best_makespan_us = best ? best->timeline.makespan_us : 0;
   for (const FamilyRun& o : runs) {
-    if (o.status.ok()) table.add(o.family->name, o.built.problem, o.timeline, o.fits, makespan_lower_bound(o.built.problem));
-    else table.add_not_applicable(o);
+    if (o.status.ok())
+      table.add(o.family->name, o.built.problem, o.timeline, o.fits, makespan_lower_bound(o.built.problem));
+    else
+      table.add_not_applicable(o);
   }
   table.add("optimized", r.problem, r.timeline, fits, r.lower_bound_us);
   if (Status st = write_plan_files(a, p, r, runs); !st.ok()) return fail(st);
@@ -156,10 +163,14 @@ int run_plan(const PlanArgs& a) {
                       {"schedules", table.json},
                       {"outcome", outcome_name(r.outcome)},
                       {"timing", options.any_timing ? "any" : "exact"},
-                      {"best_family", best ? nlohmann::json{{"name", best->family->name}, {"makespan_us", table.best_makespan_us}}
-                                           : nlohmann::json(nullptr)},
+                      {"best_family",
+                       best ? nlohmann::json{{"name", best->family->name}, {"makespan_us", table.best_makespan_us}}
+                            : nlohmann::json(nullptr)},
                       {"needed_budget_bytes", r.needed_budget_bytes},
-                      {"search", {{"wall_s", r.stats.wall_s}, {"evaluations", r.stats.evaluations}, {"stopped_by_time", r.stats.stopped_by_time}}}};
+                      {"search",
+                       {{"wall_s", r.stats.wall_s},
+                        {"evaluations", r.stats.evaluations},
+                        {"stopped_by_time", r.stats.stopped_by_time}}}};
   if (fits && !a.out_path.empty()) j["schedule_file"] = a.out_path;
   if (charts) j["report_file"] = a.report_path;
   print_json(j);
@@ -170,21 +181,24 @@ int run_plan(const PlanArgs& a) {
 
 Command add_plan_command(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
-  CLI::App* c = app.add_subcommand("plan", "model + cluster + budget: every family and the optimizer, one table, the best schedule");
+  CLI::App* c = app.add_subcommand(
+      "plan", "model + cluster + budget: every family and the optimizer, one table, the best schedule");
   c->add_option("--model", a->model, "model preset (llama2-7b, llama2-13b, llama2-70b, gpt-7b, gpt-14b, gpt-tiny)");
   c->add_option("--cluster", a->cluster, "<count>x<gpu>: gpu one of a100-40gb, a100-80gb, h100, h200");
   c->add_option("--budget", a->budget, "memory per GPU, e.g. 60GiB (default: 90% of its HBM)");
   c->add_option("--microbatches", a->microbatches, "per iteration (default: 4 × GPUs)")->check(CLI::Range(1, 100000));
   c->add_option("--microbatch-size", a->microbatch_size, "sequences per microbatch")->check(CLI::Range(1, 4096));
   c->add_option("--partition", a->partition, "layers over stages")->check(CLI::IsMember({"balanced", "uniform"}));
-  c->add_option("--gpus-per-host-link", a->gpus_per_host_link, "GPUs sharing one host link")->check(CLI::Range(1, 4096));
+  c->add_option("--gpus-per-host-link", a->gpus_per_host_link, "GPUs sharing one host link")
+      ->check(CLI::Range(1, 4096));
   c->add_option("--profile", a->profile_path, "measured profile JSON overriding the formulas");
   c->add_flag("--no-flash-attention", a->no_flash_attention,
               "keep attention scores for backward (no selective recompute): 5as²b more bytes a layer");
   a->optimizer.add_to(c);
   c->add_option("--out,-o", a->out_path, "where to write the best schedule");
   c->add_option("--report", a->report_path, "also write an HTML report here");
-  c->add_option("--problem-out", a->problem_out_path, "also write the problem built from the model (for simulate, optimize, ...)");
+  c->add_option("--problem-out", a->problem_out_path,
+                "also write the problem built from the model (for simulate, optimize, ...)");
   add_json_flag(c, &a->as_json);
   return {c, [a] { return run_plan(*a); }};
 }

@@ -45,7 +45,8 @@ int run_simulate(const SimulateArgs& a, const std::optional<NoiseSpec>& noise) {
 
 Command add_simulate_command(CLI::App& app) {
   auto a = std::make_shared<SimulateArgs>();
-  CLI::App* c = app.add_subcommand("simulate", "simulate a schedule: times, bubbles, memory (nominal and under any timing)");
+  CLI::App* c =
+      app.add_subcommand("simulate", "simulate a schedule: times, bubbles, memory (nominal and under any timing)");
   add_problem_option(c, &a->problem_path);
   c->add_option("--schedule,-s", a->schedule_path, "schedule JSON")->required();
   a->noise.add_to(c);

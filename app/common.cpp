@@ -21,14 +21,16 @@ void add_json_flag(CLI::App* c, bool* as_json) { c->add_flag("--json", *as_json,
 void NoiseArgs::add_to(CLI::App* c) {
   c->add_option("--noise", spec.jitter_sigma, "also evaluate under timing noise: per-op jitter sigma (e.g. 0.05)")
       ->check(CLI::Range(0.0, 2.0));
-  c->add_option("--profile-error", spec.profile_sigma, "with --noise: per-stage and per-link error sigma, once per sample")
+  c->add_option("--profile-error", spec.profile_sigma,
+                "with --noise: per-stage and per-link error sigma, once per sample")
       ->check(CLI::Range(0.0, 2.0));
   c->add_option("--samples", spec.samples, "with --noise: samples (default 200)")->check(CLI::Range(1, 1000000));
   c->add_option("--seed", spec.seed, "with --noise: random seed")->check(kNoMinus);
 }
 
 std::optional<NoiseSpec> NoiseArgs::asked(CLI::App* c) const {
-  if (c->count("--noise") + c->count("--profile-error") + c->count("--samples") + c->count("--seed") == 0) return std::nullopt;
+  if (c->count("--noise") + c->count("--profile-error") + c->count("--samples") + c->count("--seed") == 0)
+    return std::nullopt;
   return spec;
 }
 
@@ -46,11 +48,14 @@ void OptimizerArgs::add_to(CLI::App* c) {
       ->check(CLI::Range(0.0, 2.0));
   c->add_option("--robust-samples", options.robust_samples, "with --robust: samples per candidate (default 8)")
       ->check(CLI::Range(1, 1000));
-  c->add_option("--time-limit", options.time_limit_s, "optimizer seconds (the best so far is returned)")->check(CLI::Range(0.01, 1e6));
+  c->add_option("--time-limit", options.time_limit_s, "optimizer seconds (the best so far is returned)")
+      ->check(CLI::Range(0.01, 1e6));
   c->add_option("--seed", options.seed, "random seed")->check(kNoMinus);
   c->add_option("--threads", options.threads, "parallel searches")->check(CLI::Range(1, 256));
   c->add_flag("--quiet,-q", quiet, "no progress on stderr");
-  c->add_flag("--exact", options.exact, "then the exact models (CP on Gecode, MILP on CBC; small problems): a better schedule or a tighter bound");
+  c->add_flag(
+      "--exact", options.exact,
+      "then the exact models (CP on Gecode, MILP on CBC; small problems): a better schedule or a tighter bound");
   c->add_option("--max-evaluations", options.max_evaluations,
                 "search budget in candidates, for repeatable runs (0: search until the time limit)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
@@ -61,7 +66,9 @@ namespace {
 void print_progress(const Progress& g) {
   const std::string best = g.best_makespan_us > 0 ? format_us(g.best_makespan_us) : std::string("none fits yet");
   const std::string gap =
-      g.best_makespan_us > 0 ? fmt::format("{:.1f}%", 100 * (g.best_makespan_us - g.lower_bound_us) / g.best_makespan_us) : "-";
+      g.best_makespan_us > 0
+          ? fmt::format("{:.1f}%", 100 * (g.best_makespan_us - g.lower_bound_us) / g.best_makespan_us)
+          : "-";
   std::fprintf(stderr, "[%6.1fs] %9lld candidates  best %-12s bound %-12s gap %s\n", g.elapsed_s,
                static_cast<long long>(g.evaluations), best.c_str(), format_us(g.lower_bound_us).c_str(), gap.c_str());
 }
@@ -87,7 +94,9 @@ void print_json(const nlohmann::json& j) {
 
 Result<Timeline> checked_timeline(const FamilySchedule& fs, const std::string& what, const SimOptions& sim) {
   Validation v = validate(fs.problem, fs.schedule, {.check_memory_budget = false, .sim = sim});
-  if (!v.ok()) return Result<Timeline>::Error(Status::Invalid(what + " is not a valid schedule for this problem:\n" + v.summary()));
+  if (!v.ok())
+    return Result<Timeline>::Error(
+        Status::Invalid(what + " is not a valid schedule for this problem:\n" + v.summary()));
   return Result<Timeline>::Of(std::move(v.sim.timeline));
 }
 
@@ -101,8 +110,9 @@ std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions
                                               OptimizeResult* r) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto limit = std::chrono::duration<double>(options.time_limit_s);
-  std::vector<FamilyRun> runs =
-      run_families(p, sim, t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(limit) + std::chrono::milliseconds(250));
+  std::vector<FamilyRun> runs = run_families(
+      p, sim,
+      t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(limit) + std::chrono::milliseconds(250));
   const double spent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   options.time_limit_s = std::max(0.01, options.time_limit_s - spent_s);
   *r = optimize(p, options);
@@ -115,7 +125,8 @@ std::vector<ReportRow> report_rows(const std::vector<FamilyRun>& runs, const Opt
     rows.push_back({o.family->name, placement_label(*o.family), o.status.ok(), o.status.message, o.timeline.makespan_us,
                     o.timeline.bubble_ratio, o.status.ok() ? max_peak(o.timeline) : 0, o.fits});
   rows.push_back({"optimized", placement_label(r.problem.placement, r.problem.chunks_per_device), true, "",
-                  r.timeline.makespan_us, r.timeline.bubble_ratio, max_peak(r.timeline), r.outcome != Outcome::kInfeasible});
+                  r.timeline.makespan_us, r.timeline.bubble_ratio, max_peak(r.timeline),
+                  r.outcome != Outcome::kInfeasible});
   return rows;
 }
 
@@ -139,9 +150,10 @@ std::string timing_line(const OptimizeOptions& options, const OptimizeResult& r)
   std::string line =
       !options.any_timing
           ? "timing: exact — fits the budget at the profile's timings, not necessarily if they drift"
-          : fmt::format("timing: any — fits the budget under any timing ({} WAIT(s) and {} reload gate(s) added, "
-                        "no cost at the profile's timings)",
-                        r.stats.waits_added, r.stats.reload_gates_added);
+          : fmt::format(
+                "timing: any — fits the budget under any timing ({} WAIT(s) and {} reload gate(s) added, "
+                "no cost at the profile's timings)",
+                r.stats.waits_added, r.stats.reload_gates_added);
   if (options.robust_sigma > 0)
     line += fmt::format("\nrobust: candidates scored by their p90 makespan over {} samples of per-op jitter σ {}",
                         options.robust_samples, options.robust_sigma);

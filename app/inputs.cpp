@@ -1,8 +1,8 @@
 #include "inputs.h"
 
+#include <unistd.h>
 #include <climits>
 #include <cstdio>
-#include <unistd.h>
 
 #include "optpipe/files.h"
 #include "optpipe/json_io.h"

@@ -39,11 +39,15 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "optpipe 0.1.0");
   // Listed for --help; main() hands them to optpipe-runtime before parsing.
-  app.add_subcommand("run", "execute a schedule for real on LibTorch + c10d and compare with the simulator (optpipe-runtime run --help)");
-  app.add_subcommand("profile", "measure the runtime's model on this machine: profile and problem JSON (optpipe-runtime profile --help)");
+  app.add_subcommand(
+      "run",
+      "execute a schedule for real on LibTorch + c10d and compare with the simulator (optpipe-runtime run --help)");
+  app.add_subcommand(
+      "profile",
+      "measure the runtime's model on this machine: profile and problem JSON (optpipe-runtime profile --help)");
   const std::vector<Command> commands = {
-      add_families_command(app), add_problem_command(app), add_schedule_command(app),
-      add_simulate_command(app), add_compare_command(app), add_export_command(app),
+      add_families_command(app), add_problem_command(app),  add_schedule_command(app),
+      add_simulate_command(app), add_compare_command(app),  add_export_command(app),
       add_report_command(app),   add_optimize_command(app), add_plan_command(app),
   };
   return parse_and_run(app, argc, argv, "optpipe", [&] {

@@ -32,8 +32,8 @@ std::string problem_summary(const Problem& p) {
   }
   std::string budget = lo == hi ? format_bytes(lo) : format_bytes(lo) + " to " + format_bytes(hi);
   return std::to_string(p.num_devices) + " devices, " + std::to_string(p.num_microbatches) + " microbatches, " +
-         placement_name(p.placement) + " placement (" + std::to_string(p.num_stages()) + " stages), budget " +
-         budget + " per device";
+         placement_name(p.placement) + " placement (" + std::to_string(p.num_stages()) + " stages), budget " + budget +
+         " per device";
 }
 
 std::string aligned_table(const std::vector<std::vector<std::string>>& rows) {
@@ -73,19 +73,21 @@ std::string timeline_text(const Problem& p, const Timeline& t) {
     const int64_t budget = p.devices[d].mem_budget_bytes;
     rows.push_back({std::to_string(d), format_us(f.busy_us), format_us(f.idle_us), format_bytes(f.peak_bytes),
                     format_bytes(f.worst_peak_bytes), format_bytes(budget),
-                    fits_cell(f.worst_peak_bytes <= budget, f.peak_bytes <= budget),
-                    format_bytes(f.offload_bytes), std::to_string(f.num_recomputes)});
+                    fits_cell(f.worst_peak_bytes <= budget, f.peak_bytes <= budget), format_bytes(f.offload_bytes),
+                    std::to_string(f.num_recomputes)});
   }
   out += aligned_table(rows);
   if (fits_budget(p, t) && !fits_any_timing(p, t))
-    out += "worst case: the peak if offloads run late and reloads start early within the schedule's own "
-           "orders; a WAIT or a reload's `after` bounds it (optpipe optimize adds them)\n";
+    out +=
+        "worst case: the peak if offloads run late and reloads start early within the schedule's own "
+        "orders; a WAIT or a reload's `after` bounds it (optpipe optimize adds them)\n";
   return out;
 }
 
 std::string noise_text(const Problem& p, const NoiseSpec& spec, const NoiseReport& r) {
-  std::string out = "noise: " + std::to_string(r.samples) + " samples, per-op jitter σ " + fmt_number(spec.jitter_sigma) +
-                    ", profile error σ " + fmt_number(spec.profile_sigma) + ", seed " + std::to_string(spec.seed) + "\n";
+  std::string out = "noise: " + std::to_string(r.samples) + " samples, per-op jitter σ " +
+                    fmt_number(spec.jitter_sigma) + ", profile error σ " + fmt_number(spec.profile_sigma) + ", seed " +
+                    std::to_string(spec.seed) + "\n";
   if (std::isnan(r.mean_makespan_us))
     out += "  makespan: no sample finished\n";
   else

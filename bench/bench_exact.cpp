@@ -2,11 +2,11 @@
 // heuristic search (makespan, bound), and the offload-deciding CP model and MILP side by side on
 // the linear placement (proofs, agreement, time).
 //   build/bench_exact --trials 8 --microbatches 3
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fmt/format.h>
 #include <random>
 
 #include "optpipe/cp.h"
@@ -83,14 +83,17 @@ int main(int argc, char** argv) {
     met += search.gap < 1e-9;
 
     auto t0 = std::chrono::steady_clock::now();
-    const CpSolution cp = solve_cp(p, {.memory = true, .time_limit_s = model_limit_s, .recompute = true, .offload = true});
+    const CpSolution cp =
+        solve_cp(p, {.memory = true, .time_limit_s = model_limit_s, .recompute = true, .offload = true});
     cp_s.push_back(seconds_since(t0));
     const MilpOptions options{.memory = true, .time_limit_s = model_limit_s, .recompute = true, .offload = true};
     t0 = std::chrono::steady_clock::now();
     Result<MilpModel> model = build_milp(p, options);
     MilpSolution milp;
-    if (model.ok()) milp = solve_milp(p, model.value, options, nullptr);
-    else milp.status = model.status;
+    if (model.ok())
+      milp = solve_milp(p, model.value, options, nullptr);
+    else
+      milp.status = model.status;
     milp_s.push_back(seconds_since(t0));
     // Every schedule reported is validated and simulated (the budget included).
     bool fits = true;
@@ -105,17 +108,19 @@ int main(int argc, char** argv) {
       agree += cp.objective_us <= milp.objective_us + 1e-4;
     }
     auto ms = [](double us) { return fmt::format("{:.3f}", us / 1000); };
-    fmt::print("{:>5} {:>3} {:>10} {:>5.1f}% {:>10} {:>5.1f}% | {:>9} {:>4} {:>6.2f}s | {:>9} {:>4} {:>6.2f}s {:>5}\n", trial,
-               microbatches, ms(search.timeline.makespan_us), 100 * search.gap, ms(exact.timeline.makespan_us),
-               100 * exact.gap, cp.status.ok() ? ms(cp.objective_us) : "-", cp.proven_optimal ? "yes" : "no", cp_s.back(),
-               milp.status.ok() ? ms(milp.objective_us) : "-", milp.proven_optimal ? "yes" : "no", milp_s.back(),
-               fits ? "yes" : "NO");
+    fmt::print("{:>5} {:>3} {:>10} {:>5.1f}% {:>10} {:>5.1f}% | {:>9} {:>4} {:>6.2f}s | {:>9} {:>4} {:>6.2f}s {:>5}\n",
+               trial, microbatches, ms(search.timeline.makespan_us), 100 * search.gap, ms(exact.timeline.makespan_us),
+               100 * exact.gap, cp.status.ok() ? ms(cp.objective_us) : "-", cp.proven_optimal ? "yes" : "no",
+               cp_s.back(), milp.status.ok() ? ms(milp.objective_us) : "-", milp.proven_optimal ? "yes" : "no",
+               milp_s.back(), fits ? "yes" : "NO");
   }
-  fmt::print("{} problems (2 devices, {} microbatches). --exact: faster schedule on {}, tighter bound on {}; "
-             "the search alone met its bound on {}\n",
-             trials, microbatches, better, tighter, met);
-  fmt::print("linear placement, offload + recompute decided: CP proven on {}, MILP on {}; both proven on {}, CP ≤ MILP on "
-             "{} of them; median solve CP {:.2f} s, MILP {:.2f} s; schedules that do not fit: {}\n",
-             cp_proven, milp_proven, both_proven, agree, median(cp_s), median(milp_s), invalid);
+  fmt::print(
+      "{} problems (2 devices, {} microbatches). --exact: faster schedule on {}, tighter bound on {}; "
+      "the search alone met its bound on {}\n",
+      trials, microbatches, better, tighter, met);
+  fmt::print(
+      "linear placement, offload + recompute decided: CP proven on {}, MILP on {}; both proven on {}, CP ≤ MILP on "
+      "{} of them; median solve CP {:.2f} s, MILP {:.2f} s; schedules that do not fit: {}\n",
+      cp_proven, milp_proven, both_proven, agree, median(cp_s), median(milp_s), invalid);
   return invalid > 0 ? 1 : 0;
 }

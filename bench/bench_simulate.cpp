@@ -24,7 +24,8 @@ static void simulate_family(benchmark::State& state, const char* family, bool op
     benchmark::DoNotOptimize(r.timeline.makespan_us);
   }
   state.counters["ops"] = static_cast<double>(ops);
-  state.counters["ops_per_s"] = benchmark::Counter(static_cast<double>(ops) * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["ops_per_s"] =
+      benchmark::Counter(static_cast<double>(ops) * state.iterations(), benchmark::Counter::kIsRate);
 }
 
 BENCHMARK_CAPTURE(simulate_family, zb_h1, "zb-h1", false)->Args({8, 32})->Args({16, 64})->Args({32, 256});

@@ -12,10 +12,10 @@
 #include "optpipe/cost_model.h"
 #include "optpipe/export.h"
 #include "optpipe/families.h"
-#include "optpipe/results_json.h"
 #include "optpipe/json_io.h"
 #include "optpipe/noise.h"
 #include "optpipe/optimize.h"
+#include "optpipe/results_json.h"
 #include "optpipe/units.h"
 #include "optpipe/validate.h"
 
@@ -57,118 +57,156 @@ Timeline checked(const Problem& p, const Schedule& s, const SimOptions& sim) {
 
 // The module's functions by subject, each a list of m.def registrations.
 void add_problem_functions(py::module_& m) {
-  m.def("families", [] { return to_dict(families_json().dump()); }, "The schedule families: name, placement, chunks per device, description.");
+  m.def(
+      "families", [] { return to_dict(families_json().dump()); },
+      "The schedule families: name, placement, chunks per device, description.");
 
-  m.def("default_problem", [] { return to_dict(problem_to_json(default_problem())); },
-        "The built-in problem, as a dict in optpipe.problem/1 form.");
+  m.def(
+      "default_problem", [] { return to_dict(problem_to_json(default_problem())); },
+      "The built-in problem, as a dict in optpipe.problem/1 form.");
 
-  m.def("preset_problem", [](const std::string& model, const std::string& cluster, const py::object& budget,
-                             int microbatches) {
-    const ModelSpec spec = value_or_raise(find_model(model));
-    ClusterSpec c = value_or_raise(find_cluster(cluster));
-    PlanSpec plan;
-    plan.num_microbatches = microbatches;
-    if (!budget.is_none()) {
-      const std::string text = py::isinstance<py::str>(budget) ? budget.cast<std::string>() : std::to_string(budget.cast<int64_t>());
-      if (!parse_bytes(text, &plan.mem_budget_bytes)) throw py::value_error("budget: expected a size such as \"60GiB\", got \"" + text + "\"");
-    }
-    return to_dict(problem_to_json(value_or_raise(build_problem(spec, c, plan))));
-  }, py::arg("model"), py::arg("cluster"), py::arg("budget") = py::none(), py::arg("microbatches") = 0,
-     "The problem the cost model builds for a preset model on a cluster, e.g. (\"llama2-13b\", \"8xa100-40gb\", \"36GiB\").");
+  m.def(
+      "preset_problem",
+      [](const std::string& model, const std::string& cluster, const py::object& budget, int microbatches) {
+        const ModelSpec spec = value_or_raise(find_model(model));
+        ClusterSpec c = value_or_raise(find_cluster(cluster));
+        PlanSpec plan;
+        plan.num_microbatches = microbatches;
+        if (!budget.is_none()) {
+          const std::string text =
+              py::isinstance<py::str>(budget) ? budget.cast<std::string>() : std::to_string(budget.cast<int64_t>());
+          if (!parse_bytes(text, &plan.mem_budget_bytes))
+            throw py::value_error("budget: expected a size such as \"60GiB\", got \"" + text + "\"");
+        }
+        return to_dict(problem_to_json(value_or_raise(build_problem(spec, c, plan))));
+      },
+      py::arg("model"), py::arg("cluster"), py::arg("budget") = py::none(), py::arg("microbatches") = 0,
+      "The problem the cost model builds for a preset model on a cluster, e.g. (\"llama2-13b\", \"8xa100-40gb\", "
+      "\"36GiB\").");
 }
 
 void add_optimizer_functions(py::module_& m) {
-  m.def("optimize", [](const py::object& problem, double time_limit_s, uint64_t seed, int threads, int64_t max_evaluations,
-                       bool exact, const std::string& timing, double robust, int robust_samples) {
-    if (timing != "any" && timing != "exact") throw py::value_error("timing: \"any\" or \"exact\", got \"" + timing + "\"");
-    OptimizeOptions o;
-    o.time_limit_s = time_limit_s;
-    o.seed = seed;
-    o.threads = threads;
-    o.max_evaluations = max_evaluations;
-    o.exact = exact;
-    o.any_timing = timing == "any";
-    o.robust_sigma = robust;
-    o.robust_samples = robust_samples;
-    OptimizeResult r;
-    const Problem p = problem_arg(problem);
-    {
-      py::gil_scoped_release unlocked;  // the search runs its own threads
-      r = optimize(p, o);
-    }
-    if (!r.status.ok()) throw py::value_error(r.status.message);
-    py::dict out = to_dict(optimize_json(r, o).dump());
-    out["problem"] = to_dict(problem_to_json(r.problem));
-    out["schedule"] = to_dict(schedule_to_json(r.schedule));
-    return out;
-  }, py::arg("problem") = py::none(), py::arg("time_limit_s") = 10.0, py::arg("seed") = 0, py::arg("threads") = 1,
-     py::arg("max_evaluations") = 0, py::arg("exact") = false, py::arg("timing") = "any", py::arg("robust") = 0.0,
-     py::arg("robust_samples") = 8,
-     "The fastest schedule found that fits (timing=\"any\": under any timing; \"exact\": at the profile's timings): "
-     "its figures (as simulate()), outcome, bound, gap, best_family for comparison, stats, problem and schedule. robust=σ prefers the schedule "
-     "whose p90 makespan under that jitter is least.");
+  m.def(
+      "optimize",
+      [](const py::object& problem, double time_limit_s, uint64_t seed, int threads, int64_t max_evaluations,
+         bool exact, const std::string& timing, double robust, int robust_samples) {
+        if (timing != "any" && timing != "exact")
+          throw py::value_error("timing: \"any\" or \"exact\", got \"" + timing + "\"");
+        OptimizeOptions o;
+        o.time_limit_s = time_limit_s;
+        o.seed = seed;
+        o.threads = threads;
+        o.max_evaluations = max_evaluations;
+        o.exact = exact;
+        o.any_timing = timing == "any";
+        o.robust_sigma = robust;
+        o.robust_samples = robust_samples;
+        OptimizeResult r;
+        const Problem p = problem_arg(problem);
+        {
+          py::gil_scoped_release unlocked;  // the search runs its own threads
+          r = optimize(p, o);
+        }
+        if (!r.status.ok()) throw py::value_error(r.status.message);
+        py::dict out = to_dict(optimize_json(r, o).dump());
+        out["problem"] = to_dict(problem_to_json(r.problem));
+        out["schedule"] = to_dict(schedule_to_json(r.schedule));
+        return out;
+      },
+      py::arg("problem") = py::none(), py::arg("time_limit_s") = 10.0, py::arg("seed") = 0, py::arg("threads") = 1,
+      py::arg("max_evaluations") = 0, py::arg("exact") = false, py::arg("timing") = "any", py::arg("robust") = 0.0,
+      py::arg("robust_samples") = 8,
+      "The fastest schedule found that fits (timing=\"any\": under any timing; \"exact\": at the profile's timings): "
+      "its figures (as simulate()), outcome, bound, gap, best_family for comparison, stats, problem and schedule. "
+      "robust=σ prefers the schedule "
+      "whose p90 makespan under that jitter is least.");
 
-  m.def("evaluate_noise", [](const py::object& problem, const py::object& schedule, double sigma, double profile_error,
-                             int samples, uint64_t seed) {
-    auto [p, s] = pair_args(problem, schedule);
-    checked(p, s, {.op_times = false});
-    const NoiseSpec spec{.jitter_sigma = sigma, .profile_sigma = profile_error, .samples = samples, .seed = seed};
-    NoiseReport r;
-    {
-      py::gil_scoped_release unlocked;
-      r = value_or_raise(evaluate_noise(p, s, spec));
-    }
-    return to_dict(noise_json(spec, r).dump());
-  }, py::arg("problem"), py::arg("schedule"), py::arg("sigma") = 0.05, py::arg("profile_error") = 0.0,
-     py::arg("samples") = 200, py::arg("seed") = 1,
-     "Makespan mean/p50/p95 under timing noise, and how many samples overflowed as planned or got stuck gated.");
+  m.def(
+      "evaluate_noise",
+      [](const py::object& problem, const py::object& schedule, double sigma, double profile_error, int samples,
+         uint64_t seed) {
+        auto [p, s] = pair_args(problem, schedule);
+        checked(p, s, {.op_times = false});
+        const NoiseSpec spec{.jitter_sigma = sigma, .profile_sigma = profile_error, .samples = samples, .seed = seed};
+        NoiseReport r;
+        {
+          py::gil_scoped_release unlocked;
+          r = value_or_raise(evaluate_noise(p, s, spec));
+        }
+        return to_dict(noise_json(spec, r).dump());
+      },
+      py::arg("problem"), py::arg("schedule"), py::arg("sigma") = 0.05, py::arg("profile_error") = 0.0,
+      py::arg("samples") = 200, py::arg("seed") = 1,
+      "Makespan mean/p50/p95 under timing noise, and how many samples overflowed as planned or got stuck gated.");
 }
 
 void add_schedule_functions(py::module_& m) {
-  m.def("schedule", [](const std::string& family, const py::object& problem, int chunks) {
-    const Family* f = find_family(family);
-    if (!f) throw py::value_error("unknown family \"" + family + "\"");
-    FamilySchedule fs = value_or_raise(build_family(*f, problem_arg(problem), chunks));
-    checked(fs.problem, fs.schedule, {.op_times = false});
-    py::dict out;
-    out["problem"] = to_dict(problem_to_json(fs.problem));
-    out["schedule"] = to_dict(schedule_to_json(fs.schedule));
-    return out;
-  }, py::arg("family"), py::arg("problem") = py::none(), py::arg("chunks") = 0,
-     "A family's schedule for the problem (default: the built-in one), with the problem re-cut to its placement.");
+  m.def(
+      "schedule",
+      [](const std::string& family, const py::object& problem, int chunks) {
+        const Family* f = find_family(family);
+        if (!f) throw py::value_error("unknown family \"" + family + "\"");
+        FamilySchedule fs = value_or_raise(build_family(*f, problem_arg(problem), chunks));
+        checked(fs.problem, fs.schedule, {.op_times = false});
+        py::dict out;
+        out["problem"] = to_dict(problem_to_json(fs.problem));
+        out["schedule"] = to_dict(schedule_to_json(fs.schedule));
+        return out;
+      },
+      py::arg("family"), py::arg("problem") = py::none(), py::arg("chunks") = 0,
+      "A family's schedule for the problem (default: the built-in one), with the problem re-cut to its placement.");
 
-  m.def("simulate", [](const py::object& problem, const py::object& schedule) {
-    auto [p, s] = pair_args(problem, schedule);
-    return to_dict(timeline_json(p, checked(p, s, {.op_times = false})).dump());
-  }, py::arg("problem"), py::arg("schedule"), "Simulated figures: makespan, bubble, per-device busy/idle and peak memory.");
+  m.def(
+      "simulate",
+      [](const py::object& problem, const py::object& schedule) {
+        auto [p, s] = pair_args(problem, schedule);
+        return to_dict(timeline_json(p, checked(p, s, {.op_times = false})).dump());
+      },
+      py::arg("problem"), py::arg("schedule"),
+      "Simulated figures: makespan, bubble, per-device busy/idle and peak memory.");
 
-  m.def("validate", [](const py::object& problem, const py::object& schedule) {
-    auto [p, s] = pair_args(problem, schedule);
-    std::vector<std::string> issues;
-    for (const Issue& i : validate(p, s).issues) issues.push_back(i.message);
-    return issues;
-  }, py::arg("problem"), py::arg("schedule"), "The validator's issues (empty: valid and within budget).");
+  m.def(
+      "validate",
+      [](const py::object& problem, const py::object& schedule) {
+        auto [p, s] = pair_args(problem, schedule);
+        std::vector<std::string> issues;
+        for (const Issue& i : validate(p, s).issues) issues.push_back(i.message);
+        return issues;
+      },
+      py::arg("problem"), py::arg("schedule"), "The validator's issues (empty: valid and within budget).");
 }
 
 void add_export_functions(py::module_& m) {
-  m.def("schedule_to_json", [](const py::object& schedule) {
-    return schedule_to_json(value_or_raise(schedule_from_json(to_text(schedule))));
-  }, py::arg("schedule"), "The schedule in optpipe.schedule/1 JSON text.");
+  m.def(
+      "schedule_to_json",
+      [](const py::object& schedule) {
+        return schedule_to_json(value_or_raise(schedule_from_json(to_text(schedule))));
+      },
+      py::arg("schedule"), "The schedule in optpipe.schedule/1 JSON text.");
 
-  m.def("export_csv", [](const py::object& schedule) {
-    CsvExport csv = pytorch_csv(value_or_raise(schedule_from_json(to_text(schedule))));
-    return py::make_tuple(csv.csv, csv.notes);
-  }, py::arg("schedule"), "PyTorch pipelining CSV (compute_only) and notes on what it cannot express.");
+  m.def(
+      "export_csv",
+      [](const py::object& schedule) {
+        CsvExport csv = pytorch_csv(value_or_raise(schedule_from_json(to_text(schedule))));
+        return py::make_tuple(csv.csv, csv.notes);
+      },
+      py::arg("schedule"), "PyTorch pipelining CSV (compute_only) and notes on what it cannot express.");
 
-  m.def("export_trace", [](const py::object& problem, const py::object& schedule) {
-    auto [p, s] = pair_args(problem, schedule);
-    return chrome_trace_json(p, s, checked(p, s, {.op_times = true, .memory_curve = true}));
-  }, py::arg("problem"), py::arg("schedule"), "Chrome trace JSON text.");
+  m.def(
+      "export_trace",
+      [](const py::object& problem, const py::object& schedule) {
+        auto [p, s] = pair_args(problem, schedule);
+        return chrome_trace_json(p, s, checked(p, s, {.op_times = true, .memory_curve = true}));
+      },
+      py::arg("problem"), py::arg("schedule"), "Chrome trace JSON text.");
 
-  m.def("export_svg", [](const py::object& problem, const py::object& schedule, const std::string& title) {
-    auto [p, s] = pair_args(problem, schedule);
-    return schedule_svg(p, s, checked(p, s, {.op_times = true, .memory_curve = true}), title);
-  }, py::arg("problem"), py::arg("schedule"), py::arg("title") = "schedule", "Gantt and memory chart, SVG text.");
+  m.def(
+      "export_svg",
+      [](const py::object& problem, const py::object& schedule, const std::string& title) {
+        auto [p, s] = pair_args(problem, schedule);
+        return schedule_svg(p, s, checked(p, s, {.op_times = true, .memory_curve = true}), title);
+      },
+      py::arg("problem"), py::arg("schedule"), py::arg("title") = "schedule", "Gantt and memory chart, SVG text.");
 }
 
 }  // namespace

@@ -21,11 +21,13 @@ namespace {
 
 // One rank's share, written where the launcher looks for it.
 int profiling_rank(const RankEnv& e, const GptConfig& cfg, const ProfileArgs& a) {
-  if (e.run_dir.empty()) return fail(Status::Invalid("a profiling rank writes its share to OPTPIPE_RUN_DIR, which is not set"), kTool);
+  if (e.run_dir.empty())
+    return fail(Status::Invalid("a profiling rank writes its share to OPTPIPE_RUN_DIR, which is not set"), kTool);
   Result<Group> group = join_group({e.rank, e.world_size, e.master_addr, e.master_port}, a.timeout_s);
   Result<Problem> share = group.ok() ? profile_rank(cfg, a.spec, group.value) : Result<Problem>::Error(group.status);
-  Status st = share.ok() ? write_text_file(e.run_dir + "/rank" + std::to_string(e.rank) + ".json", problem_to_json(share.value))
-                         : share.status;
+  Status st =
+      share.ok() ? write_text_file(e.run_dir + "/rank" + std::to_string(e.rank) + ".json", problem_to_json(share.value))
+                 : share.status;
   if (!st.ok()) std::fprintf(stderr, "%s: %s\n", kTool, st.message.c_str());
   std::fflush(stderr);
   std::_Exit(st.ok() ? kExitOk : kExitBadInput);  // pending c10d work must not hold the process open

@@ -17,9 +17,9 @@
 #include "engine.h"
 #include "launch.h"
 #include "optpipe/export.h"
-#include "optpipe/results_json.h"
 #include "optpipe/files.h"
 #include "optpipe/json_io.h"
+#include "optpipe/results_json.h"
 #include "optpipe/validate.h"
 #include "profile.h"
 #include "records.h"
@@ -93,7 +93,8 @@ int rank_main(const RankEnv& env, const FamilySchedule& fs, const GptConfig& cfg
   if (!r.ok()) die(r.status);
   r.value.profile_json = profile_json;
   if (!env.run_dir.empty()) {
-    Status st = write_text_file(env.run_dir + "/rank" + std::to_string(env.rank) + ".json", rank_report_to_json(r.value));
+    Status st =
+        write_text_file(env.run_dir + "/rank" + std::to_string(env.rank) + ".json", rank_report_to_json(r.value));
     if (!st.ok()) return fail(st, kTool);
   } else {
     for (size_t it = 0; it < r.value.iterations.size(); it++)
@@ -119,7 +120,8 @@ Result<Timeline> reprofiled_prediction(const Problem& p, const Schedule& s, cons
   Result<Problem> fresh = merge_profiles(profile_spec_of(p, repetitions), shares);
   if (!fresh.ok()) return R::Error(fresh.status);
   for (int d = 0; d < p.num_devices; d++)
-    fresh.value.devices[d] = {fresh.value.devices[d].static_bytes, p.devices[d].mem_budget_bytes, p.devices[d].host_link};
+    fresh.value.devices[d] = {fresh.value.devices[d].static_bytes, p.devices[d].mem_budget_bytes,
+                              p.devices[d].host_link};
   SimResult sim = simulate(fresh.value, s, {.op_times = true, .memory_curve = true});
   if (!sim.ok()) return R::Error(Status::Invalid("re-profiled problem: " + sim.status.message));
   return R::Of(std::move(sim.timeline));
@@ -140,11 +142,15 @@ json check_summary(const std::vector<RankReport>& reports, FILE* out) {
     loss_err = std::max(loss_err, std::abs(r.check.loss - r.check.reference_loss) / std::abs(r.check.reference_loss));
   }
   const bool ok = worst <= 1e-5 && loss_err <= 1e-5 && checked > 0;
-  std::fprintf(out, "check against one process with autograd: loss %.8f vs %.8f (rel. error %.2e), gradients of %d tensors "
-              "within %.2e relative (worst %s): %s\n",
-              reports[0].check.loss, reports[0].check.reference_loss, loss_err, checked, worst, worst_param.c_str(),
-              ok ? "OK" : "FAILED (limit 1e-5)");
-  return {{"ok", ok}, {"loss_rel_error", loss_err}, {"max_grad_rel_error", worst}, {"worst_param", worst_param},
+  std::fprintf(out,
+               "check against one process with autograd: loss %.8f vs %.8f (rel. error %.2e), gradients of %d tensors "
+               "within %.2e relative (worst %s): %s\n",
+               reports[0].check.loss, reports[0].check.reference_loss, loss_err, checked, worst, worst_param.c_str(),
+               ok ? "OK" : "FAILED (limit 1e-5)");
+  return {{"ok", ok},
+          {"loss_rel_error", loss_err},
+          {"max_grad_rel_error", worst},
+          {"worst_param", worst_param},
           {"num_tensors", checked}};
 }
 
@@ -165,32 +171,38 @@ Result<std::vector<RankReport>> run_ranks(const std::vector<std::string>& argv, 
 // The run's heading, its losses and the table of measured against predicted figures.
 void print_comparison(FILE* out, const RunComparison& c, const Problem& p, const GptConfig& cfg, const RunArgs& a,
                       const ModelArgs& model, const std::string& what, double file_predicted_us) {
-  std::fprintf(out, "%s on %d ranks (c10d gloo, CPU, %d thread%s each): %d microbatches of %d × %d tokens, %d iterations\n",
-              what.c_str(), p.num_devices, model.threads, model.threads == 1 ? "" : "s", p.num_microbatches,
-              cfg.microbatch_size, cfg.model.seq_len, a.iterations);
+  std::fprintf(out,
+               "%s on %d ranks (c10d gloo, CPU, %d thread%s each): %d microbatches of %d × %d tokens, %d iterations\n",
+               what.c_str(), p.num_devices, model.threads, model.threads == 1 ? "" : "s", p.num_microbatches,
+               cfg.microbatch_size, cfg.model.seq_len, a.iterations);
   std::string losses;
   for (double l : c.losses) losses += (losses.empty() ? "" : " → ") + fmt::format("{:.4f}", l);
   std::fprintf(out, "loss: %s\n", losses.c_str());
   std::vector<std::vector<std::string>> rows = {{"", "measured", "predicted", "measured/predicted"}};
   rows.push_back({"iteration time", ms(c.measured_us), ms(c.predicted_us), ratio(c.measured_us, c.predicted_us)});
-  rows.push_back({"  replayed on the measured op times", ms(c.measured_us), ms(c.replayed_us), ratio(c.measured_us, c.replayed_us)});
+  rows.push_back({"  replayed on the measured op times", ms(c.measured_us), ms(c.replayed_us),
+                  ratio(c.measured_us, c.replayed_us)});
   for (int d = 0; d < p.num_devices; d++)
     rows.push_back({"device " + std::to_string(d) + " idle", ms(c.measured_idle_us[d]), ms(c.predicted_idle_us[d]),
                     ratio(c.measured_idle_us[d], c.predicted_idle_us[d])});
   for (int d = 0; d < p.num_devices; d++)
-    rows.push_back({"device " + std::to_string(d) + " peak activations", mib(c.measured_peak_bytes[d]),
-                    mib(c.predicted_peak_bytes[d]),
-                    ratio(static_cast<double>(c.measured_peak_bytes[d]), static_cast<double>(c.predicted_peak_bytes[d]))});
+    rows.push_back(
+        {"device " + std::to_string(d) + " peak activations", mib(c.measured_peak_bytes[d]),
+         mib(c.predicted_peak_bytes[d]),
+         ratio(static_cast<double>(c.measured_peak_bytes[d]), static_cast<double>(c.predicted_peak_bytes[d]))});
   for (int d = 0; d < p.num_devices; d++)
-    rows.push_back({"device " + std::to_string(d) + " memory gate held", fmt::format("{} ({}×)", ms(c.gate_held_us[d]), c.gate_holds[d]),
-                    "0 under any timing", ""});
+    rows.push_back({"device " + std::to_string(d) + " memory gate held",
+                    fmt::format("{} ({}×)", ms(c.gate_held_us[d]), c.gate_holds[d]), "0 under any timing", ""});
   std::fputs(aligned_table(rows).c_str(), out);
-  std::fprintf(out, "(iteration %d of %d shown: the median after the first; peaks are the max over all iterations; the "
-                    "memory gate holds an allocation until frees make room, summed over all iterations)\n",
-              c.shown_iteration + 1, a.iterations);
+  std::fprintf(out,
+               "(iteration %d of %d shown: the median after the first; peaks are the max over all iterations; the "
+               "memory gate holds an allocation until frees make room, summed over all iterations)\n",
+               c.shown_iteration + 1, a.iterations);
   if (a.reprofile)
-    std::fprintf(out, "predicted from the ranks' profile taken just before the run; from %s: %s (measured/predicted %s)\n",
-                a.problem_path.c_str(), ms(file_predicted_us).c_str(), ratio(c.measured_us, file_predicted_us).c_str());
+    std::fprintf(out,
+                 "predicted from the ranks' profile taken just before the run; from %s: %s (measured/predicted %s)\n",
+                 a.problem_path.c_str(), ms(file_predicted_us).c_str(),
+                 ratio(c.measured_us, file_predicted_us).c_str());
 }
 
 json run_json(const RunArgs& a, const std::string& what, const Problem& p, const RunComparison& c,
@@ -258,7 +270,8 @@ int launch_and_compare(const RunArgs& a, const ModelArgs& model, const FamilySch
 int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::string>& argv) {
   if (a.problem_path.empty())
     return usage_error("run needs --problem (the one `optpipe profile` wrote for this model)", kTool);
-  if (a.schedule_path.empty() == a.family.empty()) return usage_error("give either --schedule FILE or --family NAME", kTool);
+  if (a.schedule_path.empty() == a.family.empty())
+    return usage_error("give either --schedule FILE or --family NAME", kTool);
   Result<FamilySchedule> fs = load_schedule(a.problem_path, a.schedule_path, a.family, a.chunks);
   if (!fs.ok()) return fail(fs.status, kTool);
   Result<GptConfig> cfg = model.config(fs.value.problem.num_microbatches);

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "gpt.h"
 #include "optpipe/problem.h"
 #include "optpipe/schedule.h"
 #include "optpipe/status.h"
-#include "gpt.h"
 #include "records.h"
 
 namespace optpipe::runtime {
@@ -39,7 +39,7 @@ struct RankSetup {
 struct EngineOptions {
   int iterations = 1;
   double lr = 3e-3;
-  bool check = false;     // after the first iteration: compare loss and gradients with reference_gradients()
+  bool check = false;  // after the first iteration: compare loss and gradients with reference_gradients()
   // Called before each compute op with the number already run (a test hook for fault injection).
   std::function<void(int iteration, int ops_done)> before_op;
 };
@@ -70,6 +70,5 @@ void reserve_heap(int64_t bytes);
 // `problem` must already be cut for the schedule's placement and the schedule validated.
 Result<RankReport> run_rank(const Problem& problem, const Schedule& schedule, const GptConfig& cfg, const Group& group,
                             const EngineOptions& options);
-
 
 }  // namespace optpipe::runtime

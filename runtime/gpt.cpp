@@ -14,7 +14,7 @@ constexpr double kLnEps = 1e-5;
 // Per block, in this order (indices relative to the block's first parameter).
 enum BlockParam { kLn1G, kLn1B, kWqkv, kBqkv, kWo, kBo, kLn2G, kLn2B, kW1, kB1, kW2, kB2, kNumBlockParams };
 const char* kBlockParamNames[kNumBlockParams] = {"ln1.g", "ln1.b", "w_qkv", "b_qkv", "w_o", "b_o",
-                                                 "ln2.g", "ln2.b", "w_1", "b_1", "w_2", "b_2"};
+                                                 "ln2.g", "ln2.b", "w_1",   "b_1",   "w_2", "b_2"};
 constexpr int kNumEmbeddingParams = 2;  // tok_emb, pos_emb
 enum HeadParam { kLnFG, kLnFB, kWOut, kNumHeadParams };
 
@@ -43,9 +43,12 @@ Result<GptConfig> gpt_config(const ModelSpec& m, int microbatch_size, int num_mi
   if (m.mlp != Mlp::kGelu)
     return R::Error(Status::Invalid("model \"" + m.name + "\": the runtime builds GPT blocks (GELU MLP) only"));
   if (m.kv_heads != m.heads)
-    return R::Error(Status::Invalid("model \"" + m.name + "\": the runtime builds multi-head attention only (kv_heads = heads)"));
-  if (m.num_layers < 1 || m.hidden < 1 || m.ffn < 1 || m.heads < 1 || m.seq_len < 2 || m.vocab < 2 || m.hidden % m.heads != 0)
-    return R::Error(Status::Invalid("model \"" + m.name + "\": sizes must be positive, hidden divisible by heads, seq_len and vocab ≥ 2"));
+    return R::Error(
+        Status::Invalid("model \"" + m.name + "\": the runtime builds multi-head attention only (kv_heads = heads)"));
+  if (m.num_layers < 1 || m.hidden < 1 || m.ffn < 1 || m.heads < 1 || m.seq_len < 2 || m.vocab < 2 ||
+      m.hidden % m.heads != 0)
+    return R::Error(Status::Invalid("model \"" + m.name +
+                                    "\": sizes must be positive, hidden divisible by heads, seq_len and vocab ≥ 2"));
   if (microbatch_size < 1) return R::Error(Status::Invalid("microbatch size must be ≥ 1"));
   if (num_microbatches < 1) return R::Error(Status::Invalid("number of microbatches must be ≥ 1"));
   return R::Of(GptConfig{m, microbatch_size, num_microbatches, seed});
@@ -85,12 +88,15 @@ ChunkParams init_chunk(const GptConfig& cfg, const ChunkLayout& layout) {
     for (int k = 0; k < kNumBlockParams; k++) {
       at::Tensor v;
       switch (k) {
-        case kLn1G: case kLn2G: v = at::ones({h}); break;
-        case kLn1B: case kLn2B: v = at::zeros({h}); break;
+        case kLn1G:
+        case kLn2G: v = at::ones({h}); break;
+        case kLn1B:
+        case kLn2B: v = at::zeros({h}); break;
         case kWqkv: v = normal({3 * h, h}, 0.02, gen); break;
         case kBqkv: v = at::zeros({3 * h}); break;
         case kWo: v = normal({h, h}, std_resid, gen); break;
-        case kBo: case kB2: v = at::zeros({h}); break;
+        case kBo:
+        case kB2: v = at::zeros({h}); break;
         case kW1: v = normal({f, h}, 0.02, gen); break;
         case kB1: v = at::zeros({f}); break;
         case kW2: v = normal({h, f}, std_resid, gen); break;
@@ -321,7 +327,8 @@ ReferenceResult reference_gradients(const GptConfig& cfg, const std::vector<Chun
       }
       if (l.head) {
         const int base = head_base(l);
-        at::Tensor logits = at::linear(at::layer_norm(x, {h}, P[base + kLnFG], P[base + kLnFB], kLnEps), P[base + kWOut]);
+        at::Tensor logits =
+            at::linear(at::layer_norm(x, {h}, P[base + kLnFG], P[base + kLnFB], kLnEps), P[base + kWOut]);
         total = total + at::cross_entropy_loss(logits.reshape({b * T, m.vocab}), batch.targets.reshape({b * T}));
       }
     }

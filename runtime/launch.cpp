@@ -126,11 +126,14 @@ Status launch_local(const LaunchSpec& spec) {
     if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (first_failed < 0) return Status::Ok();
-  std::string msg = "rank " + std::to_string(first_failed) + " failed first (" + how_it_ended(status[first_failed]) + ")";
+  std::string msg =
+      "rank " + std::to_string(first_failed) + " failed first (" + how_it_ended(status[first_failed]) + ")";
   for (int r = 0; r < spec.world_size; r++) {
     if (r == first_failed) continue;
-    msg += "; rank " + std::to_string(r) + " " +
-           (killed[r] ? "was still running " + std::to_string(static_cast<int>(spec.grace_s)) + " s later and was killed" : how_it_ended(status[r]));
+    msg +=
+        "; rank " + std::to_string(r) + " " +
+        (killed[r] ? "was still running " + std::to_string(static_cast<int>(spec.grace_s)) + " s later and was killed"
+                   : how_it_ended(status[r]));
   }
   return Status::Invalid(msg);
 }

@@ -106,13 +106,15 @@ Result<Problem> measure_share(const GptConfig& cfg, const ProfileSpec& spec, con
       std::vector<Stash> stashes(in_flight);
       std::vector<WeightStash> w(in_flight);
       at::Tensor out;
-      for (int i = 0; i < in_flight; i++) timed(record, &c.t_f, [&] { stashes[i] = forward(cfg, c.params, c.inputs[i], batch, &out); });
+      for (int i = 0; i < in_flight; i++)
+        timed(record, &c.t_f, [&] { stashes[i] = forward(cfg, c.params, c.inputs[i], batch, &out); });
       for (int i = 0; i < in_flight; i++)  // the recompute runs the same forward
         timed(record, &c.t_r, [&] { forward(cfg, c.params, c.inputs[i], batch, &out); });
       st.act_f_bytes = stash_bytes(stashes[0].tensors);
       st.act_input_bytes = stash_bytes({stashes[0].tensors[0]});
       for (int i = 0; i < in_flight; i++)
-        timed(record, &c.t_b, [&] { backward_input(cfg, &c.params, std::move(stashes[i]), grad_output, batch, &w[i]); });
+        timed(record, &c.t_b,
+              [&] { backward_input(cfg, &c.params, std::move(stashes[i]), grad_output, batch, &w[i]); });
       st.act_w_bytes = -stash_bytes(w[0]);
       for (int i = 0; i < in_flight; i++) timed(record, &c.t_w, [&] { backward_weight(&c.params, std::move(w[i])); });
     }

@@ -27,8 +27,8 @@ struct ProfileSpec {
   int num_microbatches = 8;  // only copied into the problem
   Placement placement = Placement::kLinear;
   int chunks_per_device = 1;
-  int repetitions = 7;  // timed rounds (after one warm-up) over up to 4 microbatches; the median is kept
-  int64_t mem_budget_bytes = 0;   // per device; 0: enough for every activation at once
+  int repetitions = 7;           // timed rounds (after one warm-up) over up to 4 microbatches; the median is kept
+  int64_t mem_budget_bytes = 0;  // per device; 0: enough for every activation at once
 };
 
 Status check_profile_spec(const ProfileSpec& spec);

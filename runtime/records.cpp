@@ -52,7 +52,8 @@ Result<RankReport> rank_report_from_json(const std::string& text) {
       rec.start_us = it.at("start_us").get<double>();
       for (const json& o : it.at("ops")) {
         OpRecord op;
-        if (!parse_op_name(o.at(0).get<std::string>(), &op.op)) return R::Error(Status::Invalid("bad op name " + o.at(0).dump()));
+        if (!parse_op_name(o.at(0).get<std::string>(), &op.op))
+          return R::Error(Status::Invalid("bad op name " + o.at(0).dump()));
         op.start_us = o.at(1).get<double>();
         op.end_us = o.at(2).get<double>();
         rec.ops.push_back(op);
@@ -93,7 +94,8 @@ Problem with_measured_times(const Problem& p, const std::vector<RankReport>& ran
   const int S = p.num_stages();
   std::vector<std::vector<std::vector<double>>> d(S, std::vector<std::vector<double>>(kNumOpKinds));
   for (const RankReport& r : ranks)
-    for (const OpRecord& o : r.iterations[iteration].ops) d[o.op.stage][static_cast<int>(o.op.kind)].push_back(o.end_us - o.start_us);
+    for (const OpRecord& o : r.iterations[iteration].ops)
+      d[o.op.stage][static_cast<int>(o.op.kind)].push_back(o.end_us - o.start_us);
   Problem q = p;
   for (int s = 0; s < S; s++) {
     StageSpec& st = q.stages[s];
@@ -103,7 +105,8 @@ Problem with_measured_times(const Problem& p, const std::vector<RankReport>& ran
     if (!measured(OpKind::kB).empty()) st.t_b_us = median(measured(OpKind::kB));
     if (!measured(OpKind::kW).empty()) st.t_w_us = median(measured(OpKind::kW));
     if (!measured(OpKind::kBW).empty() && measured(OpKind::kB).empty()) {
-      const double bw = median(measured(OpKind::kBW)), share = p.stages[s].t_b_us / (p.stages[s].t_b_us + p.stages[s].t_w_us);
+      const double bw = median(measured(OpKind::kBW)),
+                   share = p.stages[s].t_b_us / (p.stages[s].t_b_us + p.stages[s].t_w_us);
       st.t_b_us = bw * share;
       st.t_w_us = bw - st.t_b_us;
     }

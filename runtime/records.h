@@ -14,7 +14,7 @@
 
 namespace optpipe::runtime {
 
-double monotonic_us();  // CLOCK_MONOTONIC, shared by every process on the machine
+double monotonic_us();                 // CLOCK_MONOTONIC, shared by every process on the machine
 double median(std::vector<double> v);  // 0 for none
 
 // Times are CLOCK_MONOTONIC µs, shared by every process on the machine.
@@ -27,13 +27,13 @@ struct MemoryEvent {
   int64_t bytes = 0;  // live activation bytes from this time on
 };
 struct IterationRecord {
-  double start_us = 0;  // after the iteration's start barrier
+  double start_us = 0;        // after the iteration's start barrier
   std::vector<OpRecord> ops;  // compute, offload and reload ops of this rank
   std::vector<MemoryEvent> memory;
   int64_t peak_activation_bytes = 0;
   int gate_holds = 0;       // allocations the memory gate held until frees made room
   double gate_held_us = 0;  // ... and for how long, summed
-  double loss = 0;  // over all microbatches (every rank learns it from the last stage's rank)
+  double loss = 0;          // over all microbatches (every rank learns it from the last stage's rank)
 };
 struct CheckRecord {
   double loss = 0, reference_loss = 0;
@@ -61,11 +61,11 @@ struct RunComparison {
   // The simulator on the op durations this run measured (per stage and kind, the median over the
   // shown iteration): what is left once the machine's speed is taken out of the prediction.
   double replayed_us = 0;
-  std::vector<double> measured_idle_us, predicted_idle_us;  // per device, shown iteration
+  std::vector<double> measured_idle_us, predicted_idle_us;         // per device, shown iteration
   std::vector<int64_t> measured_peak_bytes, predicted_peak_bytes;  // live activations, per device, max over iterations
-  std::vector<int> gate_holds;          // per device, summed over iterations: allocations the memory gate held
-  std::vector<double> gate_held_us;     // ... and for how long
-  Timeline measured;  // the shown iteration, from its start; memory = static + live activations
+  std::vector<int> gate_holds;       // per device, summed over iterations: allocations the memory gate held
+  std::vector<double> gate_held_us;  // ... and for how long
+  Timeline measured;                 // the shown iteration, from its start; memory = static + live activations
 };
 RunComparison compare_run(const Problem& p, const Schedule& s, const Timeline& predicted,
                           const std::vector<RankReport>& ranks);

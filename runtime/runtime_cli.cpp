@@ -1,7 +1,7 @@
 #include "runtime_cli.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdlib>
 #include <filesystem>
@@ -31,8 +31,11 @@ Result<GptConfig> ModelArgs::config(int num_microbatches) const {
   Result<ModelSpec> m = find_model(preset);
   if (!m.ok()) return Result<GptConfig>::Error(m.status);
   ModelSpec spec = m.value;
-  for (auto [value, field] : {std::pair{layers, &spec.num_layers}, {hidden, &spec.hidden}, {ffn, &spec.ffn},
-                              {seq_len, &spec.seq_len}, {vocab, &spec.vocab}})
+  for (auto [value, field] : {std::pair{layers, &spec.num_layers},
+                              {hidden, &spec.hidden},
+                              {ffn, &spec.ffn},
+                              {seq_len, &spec.seq_len},
+                              {vocab, &spec.vocab}})
     if (value > 0) *field = value;
   if (heads > 0) spec.heads = spec.kv_heads = heads;
   return gpt_config(spec, microbatch_size, num_microbatches, seed);

@@ -49,8 +49,8 @@ struct ProfileArgs {
 int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::string>& argv);
 int cmd_profile(ProfileArgs a, const ModelArgs& model, const std::vector<std::string>& argv);
 
-std::string ms(double us);          // "12.34 ms"
-std::string mib(int64_t bytes);     // "4.80 MiB"
+std::string ms(double us);                             // "12.34 ms"
+std::string mib(int64_t bytes);                        // "4.80 MiB"
 std::string ratio(double measured, double predicted);  // "1.234", or "-" with nothing predicted
 
 // Starts one process per rank with this command line and returns what each wrote to the run

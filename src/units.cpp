@@ -42,7 +42,7 @@ bool parse_bytes(const std::string& text, int64_t* out) {
   static const struct {
     const char* name;
     double factor;
-  } kUnits[] = {{"", 1},      {"B", 1},       {"KB", 1e3},          {"MB", 1e6},          {"GB", 1e9},
+  } kUnits[] = {{"", 1},      {"B", 1},        {"KB", 1e3},        {"MB", 1e6},           {"GB", 1e9},
                 {"TB", 1e12}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
   for (const auto& u : kUnits) {
     if (unit == u.name) {

@@ -78,8 +78,10 @@ inline double brute_force_makespan(const Problem& p, bool within_budget) {
     for (int d = 0; d < D; d++) s.devices[d].compute = orders[d][pick[d]];
     SimResult r = simulate(p, s, {.op_times = false});
     bool fits = true;
-    for (int e = 0; r.ok() && e < D; e++) fits = fits && r.timeline.devices[e].peak_bytes <= p.devices[e].mem_budget_bytes;
-    if (r.ok() && (fits || !within_budget) && (best == 0 || r.timeline.makespan_us < best)) best = r.timeline.makespan_us;
+    for (int e = 0; r.ok() && e < D; e++)
+      fits = fits && r.timeline.devices[e].peak_bytes <= p.devices[e].mem_budget_bytes;
+    if (r.ok() && (fits || !within_budget) && (best == 0 || r.timeline.makespan_us < best))
+      best = r.timeline.makespan_us;
     int d = 0;
     while (d < D && ++pick[d] == orders[d].size()) pick[d++] = 0;
     if (d == D) break;

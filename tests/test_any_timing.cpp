@@ -7,11 +7,11 @@
 
 #include "fixtures.h"
 #include "optpipe/any_timing.h"
-#include "optpipe/passes.h"
 #include "optpipe/families.h"
-#include "optpipe/simulate.h"
 #include "optpipe/noise.h"
 #include "optpipe/optimize.h"
+#include "optpipe/passes.h"
+#include "optpipe/simulate.h"
 #include "optpipe/validate.h"
 
 using namespace optpipe;
@@ -55,7 +55,7 @@ TEST(AnyTiming, AnOffloadCountsAsResidentUntilAWaitMakesItFree) {
   SimResult r = simulate(x.p, x.s);
   ASSERT_TRUE(r.ok()) << r.status.message;
   const DeviceFigures& f = r.timeline.devices[0];
-  EXPECT_EQ(f.peak_bytes, kStatic + 2 * kAct);  // nominally: two activations, then one and a workspace
+  EXPECT_EQ(f.peak_bytes, kStatic + 2 * kAct);              // nominally: two activations, then one and a workspace
   EXPECT_EQ(f.worst_peak_bytes, kStatic + 2 * kAct + kWs);  // BW0 may start before the offload ends
   EXPECT_EQ(f.worst_peak_op, op(OpKind::kBW, 0, 0));
   EXPECT_TRUE(fits_budget(x.p, r.timeline));
@@ -141,7 +141,8 @@ TEST(Property, NoTimingPassesTheWorstCaseAndGatingBoundsIt) {
       }
       const std::string what = std::string(fam.name) + " trial " + std::to_string(trial);
       Gated g = gate_for_any_timing(p, s, nominal.timeline,
-                                    trial % 2 ? std::chrono::steady_clock::time_point::max() : std::chrono::steady_clock::time_point{});
+                                    trial % 2 ? std::chrono::steady_clock::time_point::max()
+                                              : std::chrono::steady_clock::time_point{});
       Validation v = validate(p, g.schedule, {.check_memory_budget = false});
       ASSERT_TRUE(v.ok()) << what << ": " << v.summary();
       const Timeline& gated = v.sim.timeline;
@@ -154,7 +155,8 @@ TEST(Property, NoTimingPassesTheWorstCaseAndGatingBoundsIt) {
         EXPECT_GE(gated.devices[d].worst_peak_bytes, gated.devices[d].peak_bytes) << what << " device " << d;
       }
       unsafe += fits_budget(p, nominal.timeline) && !fits_any_timing(p, nominal.timeline);
-      made_safe += fits_budget(p, nominal.timeline) && !fits_any_timing(p, nominal.timeline) && fits_any_timing(p, gated);
+      made_safe +=
+          fits_budget(p, nominal.timeline) && !fits_any_timing(p, nominal.timeline) && fits_any_timing(p, gated);
       for (const Schedule* each : {&s, static_cast<const Schedule*>(&g.schedule)}) {
         SimResult w = simulate(p, *each);
         const bool safe = fits_any_timing(p, w.timeline);
@@ -163,7 +165,8 @@ TEST(Property, NoTimingPassesTheWorstCaseAndGatingBoundsIt) {
           SimResult r = simulate(p, *each, {.op_times = false, .any_timing = false, .duration_factors = &factors});
           ASSERT_TRUE(r.ok()) << what << ": " << r.status.message;
           for (int d = 0; d < p.num_devices; d++) {
-            ASSERT_LE(r.timeline.devices[d].peak_bytes, w.timeline.devices[d].worst_peak_bytes) << what << " device " << d;
+            ASSERT_LE(r.timeline.devices[d].peak_bytes, w.timeline.devices[d].worst_peak_bytes)
+                << what << " device " << d;
             if (safe) {
               ASSERT_LE(r.timeline.devices[d].peak_bytes, p.devices[d].mem_budget_bytes) << what;
             }
@@ -174,8 +177,8 @@ TEST(Property, NoTimingPassesTheWorstCaseAndGatingBoundsIt) {
     }
   }
   EXPECT_GT(schedules, 250);
-  EXPECT_GT(unsafe, 20);            // the offload pass alone often counts on timing
-  EXPECT_EQ(made_safe, unsafe);     // and gating always mends that
+  EXPECT_GT(unsafe, 20);         // the offload pass alone often counts on timing
+  EXPECT_EQ(made_safe, unsafe);  // and gating always mends that
 }
 
 // The optimizer's answers under budgets that need offloads or recomputes: each fits under any
@@ -203,7 +206,8 @@ TEST(Property, OptimizedSchedulesNeverOverflow) {
     for (const DeviceSchedule& ds : r.schedule.devices) offloading += !ds.offloads.empty();
     for (int k = 0; k < 50; k++) {
       const std::vector<double> factors = wild_factors(r.problem, rng);
-      SimResult w = simulate(r.problem, r.schedule, {.op_times = false, .any_timing = false, .duration_factors = &factors});
+      SimResult w =
+          simulate(r.problem, r.schedule, {.op_times = false, .any_timing = false, .duration_factors = &factors});
       ASSERT_TRUE(w.ok()) << what << ": " << w.status.message;
       for (int d = 0; d < r.problem.num_devices; d++)
         ASSERT_LE(w.timeline.devices[d].peak_bytes, r.problem.devices[d].mem_budget_bytes) << what << " device " << d;
@@ -240,8 +244,7 @@ TEST(GatedSimulator, SameAsPlainWhenNothingWouldOverflow) {
       compared++;
 
       // Budgets just under the plain peaks: the gate binds somewhere.
-      for (int d = 0; d < p.num_devices; d++)
-        p.devices[d].mem_budget_bytes = plain.timeline.devices[d].peak_bytes - 1;
+      for (int d = 0; d < p.num_devices; d++) p.devices[d].mem_budget_bytes = plain.timeline.devices[d].peak_bytes - 1;
       SimResult held = simulate(p, s, {.duration_factors = &factors, .gate_memory = true});
       if (held.ok()) {
         for (int d = 0; d < p.num_devices; d++)

@@ -73,7 +73,7 @@ TEST(CostModel, ProblemFromModelAndCluster) {
   // Stage 3 holds 4 plain layers.
   EXPECT_NEAR(p.value.stages[3].t_f_us, 4 * layer.fwd_flops / flops_per_us, 1e-6);
   EXPECT_EQ(p.value.stages[3].act_f_bytes, 4 * layer.act_bytes);
-  EXPECT_EQ(p.value.devices[3].static_bytes, 16 * 4 * layer.params);  // [R20]
+  EXPECT_EQ(p.value.devices[3].static_bytes, 16 * 4 * layer.params);                     // [R20]
   EXPECT_EQ(p.value.devices[0].static_bytes, 16 * (4 * layer.params + 51200ll * 4096));  // + embedding
   // Hop: 10 µs + 2·s·h bytes at 50 GB/s.
   EXPECT_NEAR(p.value.t_comm_us, 10 + 2.0 * 2048 * 4096 / 50e3, 1e-9);
@@ -96,7 +96,8 @@ TEST(CostModel, MeasuredProfileOverridesFormulas) {
   Problem p = default_problem();
   Status st = apply_profile(R"({"format":"optpipe.profile/1","t_comm_us":7,
       "stages":[{"t_f_us":1,"act_f_bytes":100,"act_w_bytes":-40,"act_input_bytes":10},{},{},{"t_w_us":9}],
-      "static_bytes":[1,2,3,4]})", &p);
+      "static_bytes":[1,2,3,4]})",
+                            &p);
   ASSERT_TRUE(st.ok()) << st.message;
   EXPECT_DOUBLE_EQ(p.stages[0].t_f_us, 1);
   EXPECT_EQ(p.stages[0].act_b_bytes, -60);
@@ -107,7 +108,8 @@ TEST(CostModel, MeasuredProfileOverridesFormulas) {
 
   Problem q = default_problem();
   EXPECT_NE(apply_profile(R"({"stages":[{}]})", &q).message.find("one entry per stage (4)"), std::string::npos);
-  EXPECT_NE(apply_profile(R"({"stages":[{"t_f_us":-3},{},{},{}]})", &q).message.find("stages[0].t_f_us"), std::string::npos);
+  EXPECT_NE(apply_profile(R"({"stages":[{"t_f_us":-3},{},{},{}]})", &q).message.find("stages[0].t_f_us"),
+            std::string::npos);
   EXPECT_NE(apply_profile(R"({"speed":1})", &q).message.find("speed: unknown field"), std::string::npos);
   EXPECT_EQ(problem_to_json(q), problem_to_json(default_problem()));  // failures change nothing
 }

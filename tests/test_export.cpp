@@ -94,7 +94,7 @@ TEST(Svg, DrawsEveryOpAndTheMemoryCurves) {
   EXPECT_EQ(count(svg, "<title>"), b.fs.schedule.num_ops());
   EXPECT_GE(count(svg, std::string("fill=\"") + op_colour(OpKind::kF) + "\""), 32u);
   EXPECT_GE(count(svg, std::string("fill=\"") + op_colour(OpKind::kW) + "\""), 32u);
-  EXPECT_EQ(count(svg, "<polyline"), 4u);   // one memory curve per device
+  EXPECT_EQ(count(svg, "<polyline"), 4u);  // one memory curve per device
   EXPECT_EQ(count(svg, "budget 52.00 GiB"), 4u);
   EXPECT_EQ(count(svg, "peak 48.00 GiB"), 1u);  // device 0's peak
 }

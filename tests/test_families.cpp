@@ -6,17 +6,17 @@
 #include <cmath>
 #include <random>
 
+#include "fixtures.h"
 #include "optpipe/families.h"
 #include "optpipe/passes.h"
 #include "optpipe/validate.h"
-#include "fixtures.h"
 
 using namespace optpipe;
 
 namespace {
 
-constexpr double kT = 100;             // t_F = t_B = t_W
-constexpr int64_t kAct = 1 << 20;      // act_f_bytes of a whole (v = 1) stage
+constexpr double kT = 100;         // t_F = t_B = t_W
+constexpr int64_t kAct = 1 << 20;  // act_f_bytes of a whole (v = 1) stage
 constexpr int64_t kStatic = 1ll << 30;
 
 Problem uniform(int D, int M) {
@@ -121,7 +121,7 @@ TEST(ClosedForm, VShapesTradeMemory) {
     EXPECT_NEAR(span_bubble_us(zbv), 0, 1e-6) << "zb-v D=" << D;
     EXPECT_LE(max_peak_acts(zbv), full) << "zb-v D=" << D;
     EXPECT_LE(max_peak_acts(half), (D + 2) / 2) << "v-half D=" << D;  // ⌊(D+2)/2⌋ ≈ D/2
-    EXPECT_LE(max_peak_acts(vmin), (D + 4) / 3) << "v-min D=" << D;  // ⌊(D+4)/3⌋ ≈ D/3
+    EXPECT_LE(max_peak_acts(vmin), (D + 4) / 3) << "v-min D=" << D;   // ⌊(D+4)/3⌋ ≈ D/3
     EXPECT_LT(bubble_us(half), bubble_us(a)) << "v-half D=" << D;
   }
 }
@@ -264,8 +264,8 @@ TEST(Property, EveryFamilyValidatesAndSimulatesConsistently) {
         EXPECT_FALSE(fs.status.message.empty()) << f.name;
         continue;
       }
-      const std::string what = std::string(f.name) + " trial " + std::to_string(trial) + " D=" +
-                               std::to_string(base.num_devices) + " M=" + std::to_string(base.num_microbatches);
+      const std::string what = std::string(f.name) + " trial " + std::to_string(trial) +
+                               " D=" + std::to_string(base.num_devices) + " M=" + std::to_string(base.num_microbatches);
       Validation v = validate(fs.value.problem, fs.value.schedule, {.check_memory_budget = false});
       ASSERT_TRUE(v.ok()) << what << ": " << v.summary();
       check_invariants(fs.value.problem, fs.value.schedule, v.sim.timeline, what);
@@ -307,7 +307,9 @@ TEST(Property, WaitsAndHeldReloadsSimulateConsistently) {
         for (ReloadEntry& r : ds.reloads) {
           if (pick(2)) continue;
           const int b = position(Op{OpKind::kB, r.reload.stage, r.reload.microbatch});
-          const int back = b < static_cast<int>(ds.compute.size()) ? b : position(Op{OpKind::kBW, r.reload.stage, r.reload.microbatch});
+          const int back = b < static_cast<int>(ds.compute.size())
+                               ? b
+                               : position(Op{OpKind::kBW, r.reload.stage, r.reload.microbatch});
           const size_t j = pick(static_cast<int>(ds.offloads.size()));
           if (ready[j] <= back) r.after = {ds.offloads[j]};
         }
@@ -372,6 +374,8 @@ TEST(Property, ZeroBytesAndInstantTransfersStillValidate) {
       Validation vo = validate(fs.value.problem, offloaded);
       EXPECT_TRUE(vo.ok()) << f.name << " +offload: " << vo.summary();
     }
-    if (act_bytes > 0) EXPECT_GT(offloads, 0u) << "no reload was anchored: the test exercised nothing";
+    if (act_bytes > 0) {
+      EXPECT_GT(offloads, 0u) << "no reload was anchored: the test exercised nothing";
+    }
   }
 }

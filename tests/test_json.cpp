@@ -54,7 +54,8 @@ TEST(Json, ScheduleRoundTrip) {
 }
 
 TEST(Json, BadProblemsNameTheField) {
-  const std::string ok_stage = R"({"t_f_us":1,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})";
+  const std::string ok_stage =
+      R"({"t_f_us":1,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})";
   const std::string ok_device = R"({"static_bytes":0,"mem_budget_bytes":100})";
   auto problem = [&](const std::string& fields, const std::string& stage, int n_stages, int n_devices) {
     std::string stages, devices;
@@ -68,26 +69,39 @@ TEST(Json, BadProblemsNameTheField) {
   EXPECT_TRUE(has(error_of("{\"num_devices\": 2,"), "malformed JSON"));
   EXPECT_TRUE(has(error_of("[1,2]"), "expected an object"));
   EXPECT_TRUE(has(error_of(problem(two + "\"colour\":1,", ok_stage, 2, 2)), "colour: unknown field"));
-  EXPECT_TRUE(has(error_of(problem(two, R"({"t_f_us":-1,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})", 2, 2)),
-                  "stages[0].t_f_us"));
-  EXPECT_TRUE(has(error_of(problem(two, R"({"t_f_us":"fast","t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})", 2, 2)),
-                  "stages[0].t_f_us: expected a number, got string"));
-  EXPECT_TRUE(has(error_of(problem(two, R"({"t_f_us":1,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4,"t_x_us":3})", 2, 2)),
-                  "stages[0].t_x_us: unknown field"));
-  EXPECT_TRUE(has(error_of(problem(two, R"({"t_f_us":1,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6})", 2, 2)),
-                  "stages[0].act_w_bytes: is required"));
+  EXPECT_TRUE(
+      has(error_of(problem(
+              two, R"({"t_f_us":-1,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})", 2, 2)),
+          "stages[0].t_f_us"));
+  EXPECT_TRUE(has(
+      error_of(problem(
+          two, R"({"t_f_us":"fast","t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})", 2, 2)),
+      "stages[0].t_f_us: expected a number, got string"));
+  EXPECT_TRUE(has(
+      error_of(problem(
+          two, R"({"t_f_us":1,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4,"t_x_us":3})", 2,
+          2)),
+      "stages[0].t_x_us: unknown field"));
+  EXPECT_TRUE(
+      has(error_of(problem(two, R"({"t_f_us":1,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6})", 2, 2)),
+          "stages[0].act_w_bytes: is required"));
   EXPECT_TRUE(has(error_of(problem(R"("num_devices":0,"num_microbatches":4,)", ok_stage, 0, 0)), "num_devices"));
-  EXPECT_TRUE(has(error_of(problem(two, ok_stage, 3, 2)), "stages: must have num_devices × chunks_per_device = 2 entries, got 3"));
+  EXPECT_TRUE(has(error_of(problem(two, ok_stage, 3, 2)),
+                  "stages: must have num_devices × chunks_per_device = 2 entries, got 3"));
   EXPECT_TRUE(has(error_of(problem(two, ok_stage, 2, 1)), "devices: must have num_devices = 2 entries, got 1"));
   EXPECT_TRUE(has(error_of(problem(two + "\"placement\":\"zigzag\",", ok_stage, 2, 2)), "placement"));
   EXPECT_TRUE(has(error_of(problem(two + "\"num_microbatches\":2.5,", ok_stage, 2, 2)), "num_microbatches"));
-  EXPECT_TRUE(has(error_of(problem(two + "\"host_link\":{\"d2h_gb_per_s\":0},", ok_stage, 2, 2)),
-                  "host_link.d2h_gb_per_s"));
+  EXPECT_TRUE(
+      has(error_of(problem(two + "\"host_link\":{\"d2h_gb_per_s\":0},", ok_stage, 2, 2)), "host_link.d2h_gb_per_s"));
   // NaN is not JSON; a number too large for a double is refused by the parser, which names it.
-  EXPECT_TRUE(has(error_of(problem(two, R"({"t_f_us":NaN,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})", 2, 2)),
-                  "malformed JSON"));
-  EXPECT_TRUE(has(error_of(problem(two, R"({"t_f_us":1e400,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})", 2, 2)),
-                  "number overflow parsing '1e400'"));
+  EXPECT_TRUE(
+      has(error_of(problem(
+              two, R"({"t_f_us":NaN,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})", 2, 2)),
+          "malformed JSON"));
+  EXPECT_TRUE(has(
+      error_of(problem(
+          two, R"({"t_f_us":1e400,"t_b_us":1,"t_w_us":1,"act_f_bytes":10,"act_b_bytes":-6,"act_w_bytes":-4})", 2, 2)),
+      "number overflow parsing '1e400'"));
 }
 
 TEST(Json, BadSchedules) {
@@ -99,7 +113,8 @@ TEST(Json, BadSchedules) {
   EXPECT_TRUE(has(err(R"({"devices":[{"compute":["F0 s0","X1 s0"]}]})"), "devices[0].compute[1]"));
   EXPECT_TRUE(has(err(R"({"devices":[{"compute":[], "extra": 1}]})"), "devices[0].extra: unknown field"));
   EXPECT_TRUE(has(err(R"({"format":"optpipe.schedule/9","devices":[]})"), "format"));
-  EXPECT_TRUE(has(err(R"({"devices":[{"compute":[],"reloads":[{"op":"RELOAD0 s0"}]}]})"), "devices[0].reloads[0].anchor"));
+  EXPECT_TRUE(
+      has(err(R"({"devices":[{"compute":[],"reloads":[{"op":"RELOAD0 s0"}]}]})"), "devices[0].reloads[0].anchor"));
   EXPECT_TRUE(schedule_from_json(R"({"devices":[{"compute":["BW12 s3"]}]})").ok());
 }
 

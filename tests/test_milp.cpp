@@ -5,8 +5,8 @@
 #include <random>
 
 #include "brute_force.h"
-#include "optpipe/families.h"
 #include "optpipe/cp.h"
+#include "optpipe/families.h"
 #include "optpipe/milp.h"
 #include "optpipe/validate.h"
 
@@ -16,7 +16,6 @@ using namespace optpipe;
 // speed; the time limit is only a backstop against a hang.
 constexpr double kBackstopS = 600;
 constexpr int64_t kMaxNodes = 2000000;
-
 
 TEST(Milp, ModelShape) {
   UniformSpec u;
@@ -30,7 +29,8 @@ TEST(Milp, ModelShape) {
   // Orders a device's dependencies imply are not variables: F0 before B0, F0 before F1, ...
   for (const MilpModel::Pair& pr : m.value.pairs) {
     EXPECT_FALSE(pr.a.stage == pr.b.stage && pr.a.kind == pr.b.kind) << op_name(pr.a) << " " << op_name(pr.b);
-    EXPECT_FALSE(pr.a.stage == pr.b.stage && pr.a.microbatch == pr.b.microbatch) << op_name(pr.a) << " " << op_name(pr.b);
+    EXPECT_FALSE(pr.a.stage == pr.b.stage && pr.a.microbatch == pr.b.microbatch)
+        << op_name(pr.a) << " " << op_name(pr.b);
   }
   Result<MilpModel> with_memory = build_milp(p, {.memory = true});
   ASSERT_TRUE(with_memory.ok());
@@ -43,7 +43,8 @@ TEST(Milp, OptimalAndEqualToBruteForceAndToTheSimulator) {
     Problem p = tiny_problem(rng, 2 + trial % 2);
     Result<MilpModel> m = build_milp(p, {.memory = false});
     ASSERT_TRUE(m.ok());
-    MilpSolution s = solve_milp(p, m.value, {.memory = false, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes}, nullptr);
+    MilpSolution s =
+        solve_milp(p, m.value, {.memory = false, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes}, nullptr);
     ASSERT_TRUE(s.status.ok()) << s.status.message;
     EXPECT_TRUE(s.proven_optimal) << "trial " << trial;
     EXPECT_NEAR(s.objective_us, brute_force_makespan(p, false), 1e-4) << "trial " << trial;
@@ -67,7 +68,8 @@ TEST(Milp, RespectsTheMemoryBudget) {
     ASSERT_TRUE(m.ok()) << m.status.message;
     Result<Schedule> warm = make_1f1b(p);  // fits: at most two activations alive
     ASSERT_TRUE(warm.ok());
-    MilpSolution s = solve_milp(p, m.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes}, &warm.value);
+    MilpSolution s =
+        solve_milp(p, m.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes}, &warm.value);
     ASSERT_TRUE(s.status.ok()) << s.status.message;
     EXPECT_TRUE(s.proven_optimal);
     EXPECT_NEAR(s.objective_us, reference, 1e-4) << "trial " << trial;
@@ -101,18 +103,23 @@ TEST(Milp, RecomputeBinaries) {
     ASSERT_TRUE(shape.ok()) << shape.status.message;
     Result<MilpModel> keep_shape = build_milp(p, {.memory = true});
     EXPECT_EQ(shape.value.num_binaries(), keep_shape.value.num_binaries() + 2 * 3);
-    MilpSolution roomy = solve_milp(p, shape.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true}, nullptr);
+    MilpSolution roomy =
+        solve_milp(p, shape.value,
+                   {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true}, nullptr);
     ASSERT_TRUE(roomy.status.ok()) << roomy.status.message;
     EXPECT_NEAR(roomy.objective_us, brute_force_makespan(p, true), 1e-4) << "trial " << trial;
 
     for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 3 * p.stages[0].act_f_bytes / 2;
     Result<MilpModel> keep = build_milp(p, {.memory = true});
     ASSERT_TRUE(keep.ok()) << keep.status.message;
-    MilpSolution kept = solve_milp(p, keep.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes}, nullptr);
+    MilpSolution kept =
+        solve_milp(p, keep.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes}, nullptr);
     ASSERT_TRUE(kept.status.ok()) << kept.status.message;
     Result<MilpModel> m = build_milp(p, {.memory = true, .recompute = true});
     ASSERT_TRUE(m.ok()) << m.status.message;
-    MilpSolution s = solve_milp(p, m.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true}, &kept.schedule);
+    MilpSolution s =
+        solve_milp(p, m.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true},
+                   &kept.schedule);
     ASSERT_TRUE(s.status.ok()) << s.status.message;
     EXPECT_TRUE(s.proven_optimal) << "trial " << trial;
     EXPECT_LE(s.objective_us, kept.objective_us + 1e-4);
@@ -127,7 +134,9 @@ TEST(Milp, RecomputeBinaries) {
       EXPECT_GT(recomputes, 0u);
     }
     // Warm-started from its own answer (R before B), the model takes it as its start.
-    MilpSolution again = solve_milp(p, m.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true}, &s.schedule);
+    MilpSolution again =
+        solve_milp(p, m.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true},
+                   &s.schedule);
     ASSERT_TRUE(again.status.ok());
     EXPECT_NEAR(again.objective_us, s.objective_us, 1e-4);
   }
@@ -154,7 +163,8 @@ TEST(Milp, OffloadBinaries) {
     for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 3 * p.stages[0].act_f_bytes / 2;
     Result<MilpModel> keep = build_milp(p, {.memory = true});
     ASSERT_TRUE(keep.ok()) << keep.status.message;
-    MilpSolution kept = solve_milp(p, keep.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes}, nullptr);
+    MilpSolution kept =
+        solve_milp(p, keep.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes}, nullptr);
     ASSERT_TRUE(kept.status.ok()) << kept.status.message;
     Result<MilpModel> m = build_milp(p, with_offload);
     ASSERT_TRUE(m.ok()) << m.status.message;
@@ -174,7 +184,6 @@ TEST(Milp, OffloadBinaries) {
 }
 
 namespace {
-
 
 // Solves p to proven optimality, checks that the schedule read back fits and simulates to the
 // MILP's objective, and returns its reloads.
@@ -209,7 +218,8 @@ TEST(Milp, ReloadGatedOnAnotherOffload) {
   set_transfer_time(&p, 60, 40);
   for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 3 * p.stages[0].act_f_bytes / 2;
   size_t gated = 0;
-  for (const ReloadEntry& r : optimal_reloads(p, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .offload = true}))
+  for (const ReloadEntry& r :
+       optimal_reloads(p, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .offload = true}))
     for (const Op& x : r.after) gated += x.kind == OpKind::kOffload;
   EXPECT_GT(gated, 0u);
 }
@@ -233,7 +243,8 @@ TEST(Milp, ReloadHeldAfterAComputeOp) {
   set_transfer_time(&p, 20, 147);
   for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 2 * p.stages[0].act_f_bytes;
   size_t held_by_compute = 0;
-  for (const ReloadEntry& r : optimal_reloads(p, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true, .offload = true}))
+  for (const ReloadEntry& r : optimal_reloads(
+           p, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true, .offload = true}))
     for (const Op& x : r.after) held_by_compute += x.kind != OpKind::kOffload;
   EXPECT_GT(held_by_compute, 0u);
 }
@@ -264,7 +275,8 @@ TEST(Cp, RespectsTheMemoryBudgetLikeTheMilp) {
     EXPECT_TRUE(cp.proven_optimal);
     Result<MilpModel> m = build_milp(p, {.memory = true});
     ASSERT_TRUE(m.ok());
-    MilpSolution milp = solve_milp(p, m.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes}, nullptr);
+    MilpSolution milp =
+        solve_milp(p, m.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes}, nullptr);
     ASSERT_TRUE(milp.status.ok());
     EXPECT_NEAR(cp.objective_us, milp.objective_us, 1e-4) << "trial " << trial;
     EXPECT_NEAR(cp.objective_us, brute_force_makespan(p, true), 1e-4) << "trial " << trial;
@@ -282,7 +294,8 @@ TEST(Cp, RecomputeIntervals) {
   for (int trial = 0; trial < 3; trial++) {
     Problem p = tiny_problem(rng, 3);
     for (StageSpec& st : p.stages) st.t_r_us = std::floor(st.t_f_us / 4);
-    CpSolution roomy = solve_cp(p, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true});
+    CpSolution roomy =
+        solve_cp(p, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true});
     ASSERT_TRUE(roomy.status.ok()) << roomy.status.message;
     EXPECT_NEAR(roomy.objective_us, brute_force_makespan(p, true), 1e-4) << "trial " << trial;
 
@@ -297,7 +310,8 @@ TEST(Cp, RecomputeIntervals) {
     EXPECT_LE(s.objective_us, kept.objective_us + 1e-4);
     Result<MilpModel> m = build_milp(p, {.memory = true, .recompute = true});
     ASSERT_TRUE(m.ok());
-    MilpSolution milp = solve_milp(p, m.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true}, nullptr);
+    MilpSolution milp = solve_milp(
+        p, m.value, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true}, nullptr);
     ASSERT_TRUE(milp.status.ok());
     EXPECT_LE(s.objective_us, milp.objective_us + 1e-4) << "trial " << trial;
     if (s.objective_us < kept.objective_us - 1e-4) helped++;
@@ -318,7 +332,8 @@ TEST(Cp, OffloadIntervals) {
     for (StageSpec& st : p.stages) st.t_r_us = std::floor(st.t_f_us / 4);
     // A transfer takes 60 µs of latency and 40 µs of bandwidth, against forwards of 100–500 µs.
     set_transfer_time(&p, 60, 40);
-    CpSolution roomy = solve_cp(p, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .offload = true});
+    CpSolution roomy =
+        solve_cp(p, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .offload = true});
     ASSERT_TRUE(roomy.status.ok()) << roomy.status.message;
     EXPECT_NEAR(roomy.objective_us, brute_force_makespan(p, true), 1e-4) << "trial " << trial;
 
@@ -333,11 +348,13 @@ TEST(Cp, OffloadIntervals) {
     EXPECT_NEAR(v.sim.timeline.makespan_us, s.objective_us, 1e-4);
     EXPECT_NEAR(s.objective_us, s.bound_us, 1e-4) << "trial " << trial;  // the model's own optimum
     EXPECT_LE(s.objective_us, kept.objective_us + 1e-4) << "trial " << trial;
-    CpSolution both = solve_cp(p, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true, .offload = true});
+    CpSolution both = solve_cp(
+        p, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true, .offload = true});
     ASSERT_TRUE(both.status.ok()) << both.status.message;
     EXPECT_TRUE(both.proven_optimal) << "trial " << trial;
     EXPECT_TRUE(validate(p, both.schedule).ok());
-    CpSolution recomputed = solve_cp(p, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true});
+    CpSolution recomputed =
+        solve_cp(p, {.memory = true, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .recompute = true});
     ASSERT_TRUE(recomputed.status.ok()) << recomputed.status.message;
     EXPECT_LE(both.objective_us, std::min(s.objective_us, recomputed.objective_us) + 1e-4) << "trial " << trial;
     size_t offloads = 0;
@@ -365,7 +382,8 @@ TEST(Cp, ZeroLengthOpsOnTheGridKeepTheirOrder) {
   Result<Problem> v = rechunk(p, Placement::kVShape, 2);
   ASSERT_TRUE(v.ok());
   for (StageSpec& st : v.value.stages) st.t_b_us = 0.3;  // rounds to nothing on a 1 µs grid
-  CpSolution cp = solve_cp(v.value, {.memory = false, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .unit_us = 1});
+  CpSolution cp =
+      solve_cp(v.value, {.memory = false, .time_limit_s = kBackstopS, .max_nodes = kMaxNodes, .unit_us = 1});
   ASSERT_TRUE(cp.status.ok()) << cp.status.message;
   EXPECT_TRUE(validate(v.value, cp.schedule).ok());
 }

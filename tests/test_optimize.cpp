@@ -3,16 +3,16 @@
 #include <functional>
 #include <random>
 
-#include "optpipe/cost_model.h"
-#include "optpipe/passes.h"
-#include "optpipe/families.h"
-#include "optpipe/simulate.h"
-#include "optpipe/json_io.h"
-#include "optpipe/optimize.h"
-#include "optpipe/validate.h"
 #include "brute_force.h"
 #include "exact/by_start.h"
 #include "optimize/search.h"
+#include "optpipe/cost_model.h"
+#include "optpipe/families.h"
+#include "optpipe/json_io.h"
+#include "optpipe/optimize.h"
+#include "optpipe/passes.h"
+#include "optpipe/simulate.h"
+#include "optpipe/validate.h"
 
 using namespace optpipe;
 
@@ -49,7 +49,8 @@ testing::AssertionResult is_checked(const OptimizeResult& r) {
     return testing::AssertionFailure() << "simulated again: " << v.sim.timeline.makespan_us << " µs, reported "
                                        << r.timeline.makespan_us << " µs";
   if (r.lower_bound_us > r.timeline.makespan_us + 1e-6)
-    return testing::AssertionFailure() << "bound " << r.lower_bound_us << " µs above the makespan " << r.timeline.makespan_us;
+    return testing::AssertionFailure() << "bound " << r.lower_bound_us << " µs above the makespan "
+                                       << r.timeline.makespan_us;
   return testing::AssertionSuccess();
 }
 
@@ -160,7 +161,8 @@ TEST(Bounds, NoFittingScheduleBeatsTheLowerBound) {
     p.host_link = {1 + rng() % 50 * 1.0, 1 + rng() % 50 * 1.0, static_cast<double>(rng() % 20)};
     // Budgets from one activation to twice what 1F1B keeps on device 0.
     for (DeviceSpec& d : p.devices)
-      d.mem_budget_bytes = d.static_bytes + p.stages[0].act_f_bytes * (1 + static_cast<int64_t>(rng() % (2 * u.num_devices)));
+      d.mem_budget_bytes =
+          d.static_bytes + p.stages[0].act_f_bytes * (1 + static_cast<int64_t>(rng() % (2 * u.num_devices)));
     const bool tight = makespan_lower_bound(p) > makespan_lower_bound(with_budget(p, int64_t{1} << 50));
     memory_bound_active += tight;
     for (const Family& f : families()) {
@@ -211,7 +213,7 @@ TEST(Bounds, WarmUpIdleUnlessOffloadsFillIt) {
       fitting++;
       EXPECT_GE(run.timeline.makespan_us, 14000) << run.family->name;
     }
-  EXPECT_GT(fitting, 0);  // 1F1B with recompute keeps only inputs
+  EXPECT_GT(fitting, 0);        // 1F1B with recompute keeps only inputs
   p.host_link = {1e4, 1e4, 0};  // 0.1 ms per transfer
   EXPECT_DOUBLE_EQ(makespan_lower_bound(p), 13000);
 }
@@ -236,7 +238,7 @@ TEST(Optimize, ExactProvesOptimalityOnTinyProblems) {
     Problem p = tiny_problem(rng, 2 + static_cast<int>(rng() % 2));
     OptimizeResult heuristic = optimize(p, quick(20000, trial));
     if (heuristic.gap == 0) continue;  // the simple bound already proves it
-    if (++open_gaps > 4) break;  // enough, at ~3 s each
+    if (++open_gaps > 4) break;        // enough, at ~3 s each
     OptimizeOptions o = quick(20000, trial);
     o.exact = true;
     OptimizeResult r = optimize(p, o);
@@ -377,10 +379,10 @@ TEST(Optimize, DropNeedlessRecomputesAndOffloads) {
   Schedule offloaded = make_1f1b(p).value;
   for (DeviceSchedule& ds : offloaded.devices) {
     const int stage = ds.compute[0].stage;
-    for (int i = 0; i < u.num_microbatches; i++)
-      insert_offload(ds, stage, i, backward_index(ds.compute, stage, i) - 1);
+    for (int i = 0; i < u.num_microbatches; i++) insert_offload(ds, stage, i, backward_index(ds.compute, stage, i) - 1);
   }
-  Tidied roomy = drop_needless(with_budget(p, int64_t{1} << 62), offloaded, 10000, std::chrono::steady_clock::time_point::max());
+  Tidied roomy =
+      drop_needless(with_budget(p, int64_t{1} << 62), offloaded, 10000, std::chrono::steady_clock::time_point::max());
   EXPECT_EQ(roomy.offloads_dropped, 4 * 8);
   for (const DeviceSchedule& ds : roomy.schedule.devices) EXPECT_TRUE(ds.offloads.empty() && ds.reloads.empty());
 }

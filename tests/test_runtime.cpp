@@ -87,7 +87,8 @@ TEST(RuntimeModel, WrongWeightGradientIsCaught) {
   backward_input(cfg, &chunks[0], std::move(s0), dy, batch, &w0);
   backward_weight(&chunks[0], std::move(w0));  // chunk 1's W skipped
   double worst = 0;
-  for (size_t k = 0; k < chunks[1].grads.size(); k++) worst = std::max(worst, rel_error(chunks[1].grads[k], ref.grads[1][k]));
+  for (size_t k = 0; k < chunks[1].grads.size(); k++)
+    worst = std::max(worst, rel_error(chunks[1].grads[k], ref.grads[1][k]));
   EXPECT_GT(worst, 0.5);
 }
 

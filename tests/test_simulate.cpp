@@ -73,8 +73,8 @@ TEST(Simulate, OffloadAndReloadMoveMemoryAndTime) {
   p.host_link = {/*d2h*/ 0.1, /*h2d*/ 0.1, /*latency*/ 2};  // 1000 bytes at 100 bytes/us: 10 + 2 us
   Schedule s = schedule_for(p);
   // F0 F1 B1 W1 B0 W0 with F0's activation offloaded and reloaded when B1 starts.
-  s.devices[0].compute = {op(OpKind::kF, 0, 0), op(OpKind::kF, 0, 1), op(OpKind::kB, 0, 1), op(OpKind::kW, 0, 1),
-                          op(OpKind::kB, 0, 0), op(OpKind::kW, 0, 0)};
+  s.devices[0].compute = {op(OpKind::kF, 0, 0), op(OpKind::kF, 0, 1), op(OpKind::kB, 0, 1),
+                          op(OpKind::kW, 0, 1), op(OpKind::kB, 0, 0), op(OpKind::kW, 0, 0)};
   s.devices[0].offloads = {op(OpKind::kOffload, 0, 0)};
   s.devices[0].reloads = {{op(OpKind::kReload, 0, 0), op(OpKind::kB, 0, 1)}};
   SimResult r = simulate(p, s, {.memory_curve = true});
@@ -98,7 +98,7 @@ TEST(Simulate, WaitHoldsTheStreamUntilTheOffloadHasFreedItsBytes) {
   p.host_link = {/*d2h*/ 0.1, /*h2d*/ 0.1, /*latency*/ 2};  // 12 us transfers, as above
   Schedule s = schedule_for(p);
   s.devices[0].compute = {op(OpKind::kF, 0, 0), op(OpKind::kWait, 0, 0), op(OpKind::kF, 0, 1), op(OpKind::kB, 0, 1),
-                          op(OpKind::kW, 0, 1),  op(OpKind::kB, 0, 0),    op(OpKind::kW, 0, 0)};
+                          op(OpKind::kW, 0, 1), op(OpKind::kB, 0, 0),    op(OpKind::kW, 0, 0)};
   s.devices[0].offloads = {op(OpKind::kOffload, 0, 0)};
   s.devices[0].reloads = {{op(OpKind::kReload, 0, 0), op(OpKind::kW, 0, 1)}};
   SimResult r = simulate(p, s);
@@ -120,8 +120,8 @@ TEST(Simulate, ReloadWaitsForTheOffloadNamedAfter) {
   Problem p = tiny(1, 2);
   p.host_link = {/*d2h*/ 0.1, /*h2d*/ 0.1, /*latency*/ 2};  // 12 us transfers
   Schedule s = schedule_for(p);
-  s.devices[0].compute = {op(OpKind::kF, 0, 0), op(OpKind::kF, 0, 1), op(OpKind::kB, 0, 1), op(OpKind::kW, 0, 1),
-                          op(OpKind::kB, 0, 0), op(OpKind::kW, 0, 0)};
+  s.devices[0].compute = {op(OpKind::kF, 0, 0), op(OpKind::kF, 0, 1), op(OpKind::kB, 0, 1),
+                          op(OpKind::kW, 0, 1), op(OpKind::kB, 0, 0), op(OpKind::kW, 0, 0)};
   s.devices[0].offloads = {op(OpKind::kOffload, 0, 0), op(OpKind::kOffload, 0, 1)};
   // Offloads [10,22] and [22,34]. Reload 0 anchored at F1 (10) is free to go at 22, its own
   // offload's end; told to wait for offload 1, at 34.
@@ -141,8 +141,8 @@ TEST(Simulate, ReloadWaitsForItsAnchor) {
   Problem p = tiny(1, 2);
   p.host_link = {1000, 1000, 1};  // ~2 us transfers
   Schedule s = schedule_for(p);
-  s.devices[0].compute = {op(OpKind::kF, 0, 0), op(OpKind::kF, 0, 1), op(OpKind::kB, 0, 1), op(OpKind::kW, 0, 1),
-                          op(OpKind::kB, 0, 0), op(OpKind::kW, 0, 0)};
+  s.devices[0].compute = {op(OpKind::kF, 0, 0), op(OpKind::kF, 0, 1), op(OpKind::kB, 0, 1),
+                          op(OpKind::kW, 0, 1), op(OpKind::kB, 0, 0), op(OpKind::kW, 0, 0)};
   s.devices[0].offloads = {op(OpKind::kOffload, 0, 0)};
   s.devices[0].reloads = {{op(OpKind::kReload, 0, 0), op(OpKind::kW, 0, 1)}};  // W1 starts at 40
   SimResult r = simulate(p, s);
@@ -199,8 +199,8 @@ TEST(Simulate, SharedLinkQueuesTheLaterTransfer) {
 TEST(Simulate, RecomputeKeepsOnlyTheInput) {
   Problem p = tiny(1, 2);
   Schedule s = schedule_for(p);
-  s.devices[0].compute = {op(OpKind::kF, 0, 0), op(OpKind::kF, 0, 1), op(OpKind::kR, 0, 0), op(OpKind::kBW, 0, 0),
-                          op(OpKind::kR, 0, 1), op(OpKind::kBW, 0, 1)};
+  s.devices[0].compute = {op(OpKind::kF, 0, 0),  op(OpKind::kF, 0, 1), op(OpKind::kR, 0, 0),
+                          op(OpKind::kBW, 0, 0), op(OpKind::kR, 0, 1), op(OpKind::kBW, 0, 1)};
   SimResult r = simulate(p, s, {.memory_curve = true});
   ASSERT_TRUE(r.ok()) << r.status.message;
   // F0 keeps 1000 while running, then only its 100-byte input; F1 peaks at 5000+100+1000.

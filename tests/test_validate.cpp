@@ -82,7 +82,8 @@ TEST(Validate, ReloadAnchoredAfterItsBackward) {
   d0.reloads.push_back({Op{OpKind::kReload, 0, 1}, Op{OpKind::kW, 0, 1}});  // W1 comes after B1
   Validation v = validate(f.problem, f.schedule);
   ASSERT_FALSE(v.ok());
-  EXPECT_TRUE(mentions(v, "device 0: RELOAD1 s0 is anchored to W1 s0, which does not come before B1 s0")) << v.summary();
+  EXPECT_TRUE(mentions(v, "device 0: RELOAD1 s0 is anchored to W1 s0, which does not come before B1 s0"))
+      << v.summary();
 
   d0.reloads.back().anchor = Op{OpKind::kB, 0, 1};  // anchored at the B that waits for it: a deadlock too
   v = validate(f.problem, f.schedule);

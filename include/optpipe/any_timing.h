@@ -36,13 +36,12 @@ namespace optpipe {
 
 // One device's worst moment.
 struct [[nodiscard]] WorstCase {
-  int64_t peak_bytes = 0;   // static + activations + workspace at the worst moment
-  Op during;                // the compute op (not a WAIT) last started then; F0 s0 if none
+  int64_t peak_bytes = 0;  // static + activations + workspace at the worst moment
+  Op during;               // the compute op (not a WAIT) last started then; F0 s0 if none
 };
 
 // InvalidInput when the schedule names ops the problem or its own lists do not hold (a reload
 // without its offload, a WAIT without it, a forward missing), or its gates contradict its orders.
 Result<std::vector<WorstCase>> worst_case_peaks(const Problem& p, const Schedule& s);
-
 
 }  // namespace optpipe

@@ -23,12 +23,12 @@ enum class Mlp { kGelu, kSwiGlu };  // 2 weight matrices (GPT) or 3 (Llama)
 struct ModelSpec {
   std::string name;
   int num_layers = 0;
-  int hidden = 0;     // h
-  int ffn = 0;        // MLP inner width
-  int heads = 0;      // a
-  int kv_heads = 0;   // grouped-query attention; = heads for multi-head attention
-  int seq_len = 0;    // s
-  int vocab = 0;      // V
+  int hidden = 0;    // h
+  int ffn = 0;       // MLP inner width
+  int heads = 0;     // a
+  int kv_heads = 0;  // grouped-query attention; = heads for multi-head attention
+  int seq_len = 0;   // s
+  int vocab = 0;     // V
   Mlp mlp = Mlp::kGelu;
   bool flash_attention = true;  // no s² attention scores kept for backward
   int bytes_per_value = 2;      // bf16 / fp16 activations and weights
@@ -37,21 +37,21 @@ struct ModelSpec {
 struct ClusterSpec {
   std::string name;
   int num_gpus = 0;
-  double peak_tflops = 0;       // dense bf16 per GPU
-  double utilization = 0.5;     // achieved fraction of the peak
+  double peak_tflops = 0;    // dense bf16 per GPU
+  double utilization = 0.5;  // achieved fraction of the peak
   int64_t hbm_bytes = 0;
   double d2h_gb_per_s = 0, h2d_gb_per_s = 0;  // GPU↔host, each way
   double host_link_latency_us = 10;
-  int gpus_per_host_link = 1;   // GPUs sharing one host link (their transfers queue)
-  double p2p_gb_per_s = 0;      // between neighbouring pipeline stages
+  int gpus_per_host_link = 1;  // GPUs sharing one host link (their transfers queue)
+  double p2p_gb_per_s = 0;     // between neighbouring pipeline stages
   double p2p_latency_us = 0;
 };
 
 enum class Partition { kUniform, kBalanced };
 
 struct PlanSpec {
-  int num_microbatches = 0;     // 0: 4 × devices
-  int microbatch_size = 1;      // sequences per microbatch
+  int num_microbatches = 0;      // 0: 4 × devices
+  int microbatch_size = 1;       // sequences per microbatch
   int64_t mem_budget_bytes = 0;  // per device; 0: 90% of HBM
   Partition partition = Partition::kBalanced;
 };
@@ -66,10 +66,10 @@ Result<ClusterSpec> find_cluster(const std::string& name);
 
 // The per-layer figures behind the problem, for one microbatch (b sequences of length s).
 struct LayerCost {
-  double fwd_flops = 0;          // F
-  double bwd_input_flops = 0;    // B: gradients for the input (and attention)
-  double bwd_weight_flops = 0;   // W: gradients for the weights
-  int64_t act_bytes = 0;         // kept by F for backward
+  double fwd_flops = 0;           // F
+  double bwd_input_flops = 0;     // B: gradients for the input (and attention)
+  double bwd_weight_flops = 0;    // W: gradients for the weights
+  int64_t act_bytes = 0;          // kept by F for backward
   int64_t act_after_b_bytes = 0;  // still needed by W once B is done
   int64_t params = 0;
 };

@@ -6,10 +6,10 @@
 // over start times. Durations are rounded down to the grid and memory heights up to whole MiB,
 // so with `memory = false` the proven optimum is a lower bound for every schedule of the
 // placement (offloads and recomputes included), and with `memory = true` every solution truly
-// fits its activations (workspace is not modelled: the optimizer simulates every solution). With `recompute` (and memory), an optional R per stage-microbatch on the device's unary
-// resource, anywhere between its F and its B, and the lifetimes split around it. With `offload`
-// (and memory), an optional offload and reload per stage-microbatch on the unary channels of the
-// device's host link (shared with the devices on the same link), durations rounded up: the
+// fits its activations (workspace is not modelled: the optimizer simulates every solution). With `recompute` (and
+// memory), an optional R per stage-microbatch on the device's unary resource, anywhere between its F and its B, and the
+// lifetimes split around it. With `offload` (and memory), an optional offload and reload per stage-microbatch on the
+// unary channels of the device's host link (shared with the devices on the same link), durations rounded up: the
 // activation lives from F's start to the offload's end and again from the reload's start; B
 // waits for the reload. The schedule read back holds a device's compute stream with WAIT ops
 // where the model started an F or R after an offload ended, anchors each reload to the compute
@@ -47,8 +47,8 @@ struct [[nodiscard]] CpSolution {
   // solution does not simulate, or its transfers overflow when simulated.
   Status status;
   bool proven_optimal = false;  // the search finished
-  double objective_us = 0;  // the simulated makespan of `schedule`
-  double bound_us = 0;      // proven: no schedule of the placement (memory = false) is faster
+  double objective_us = 0;      // the simulated makespan of `schedule`
+  double bound_us = 0;          // proven: no schedule of the placement (memory = false) is faster
   Schedule schedule;
   int64_t nodes = 0;
   double wall_s = 0;

@@ -49,13 +49,14 @@ struct FamilyRun {
   Status status;  // not ok: the family does not apply to this problem (the reason)
   FamilySchedule built;
   Timeline timeline;
-  bool fits = false;  // every device's peak within its budget
+  bool fits = false;             // every device's peak within its budget
   bool fits_any_timing = false;  // ... and its worst case over every timing (any_timing.h)
 };
 // Every family, built, validated and simulated. A family not started by `deadline` comes back
 // with a status saying so.
-std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
-                                    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+std::vector<FamilyRun> run_families(
+    const Problem& p, const SimOptions& sim,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 // The fastest run that fits, or nullptr.
 const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs);
@@ -72,6 +73,5 @@ Result<Schedule> make_v_min(const Problem& p);
 Result<Schedule> make_dualpipe_v(const Problem& p);
 Result<Schedule> make_pipeoffload(const Problem& p);
 Result<Schedule> make_1f1b_recompute(const Problem& p);
-
 
 }  // namespace optpipe

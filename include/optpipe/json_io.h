@@ -37,5 +37,4 @@ Status apply_profile(const std::string& profile_json, Problem* p);
 // The measured fields of `p` in that format (what `optpipe profile` writes).
 std::string profile_to_json(const Problem& p);
 
-
 }  // namespace optpipe

@@ -41,7 +41,7 @@ struct MilpOptions {
   // deterministic, which a time limit does not: tests use it.
   int64_t max_nodes = 0;
   int threads = 1;
-  double horizon_us = 0;  // big-M and time bound; 0: all work and hops in sequence
+  double horizon_us = 0;   // big-M and time bound; 0: all work and hops in sequence
   bool recompute = false;  // with memory: also decide which activations to recompute
   bool offload = false;    // with memory: also decide which to offload, and when to move them
 };
@@ -56,7 +56,7 @@ struct MilpModel {
   std::vector<double> col_lb, col_ub, objective;
   std::vector<char> col_integer;
   std::vector<MilpRow> rows;
-  std::vector<int> start_col;  // by op id: the start-time column of F/B/W ops (B: of R+B), −1 otherwise
+  std::vector<int> start_col;      // by op id: the start-time column of F/B/W ops (B: of R+B), −1 otherwise
   std::vector<int> recompute_col;  // by stage·M + microbatch: the recompute binary, −1 when none
   // By stage·M + microbatch, −1 when none: the offload binary, the offload's and the reload's
   // start times (when not offloaded: F's end and the horizon).

@@ -74,11 +74,11 @@ struct OptimizeOptions {
 
 struct OptimizeStats {
   double wall_s = 0;
-  int64_t evaluations = 0;           // candidates simulated
-  int64_t improvements = 0;          // times the best got better during the search
+  int64_t evaluations = 0;   // candidates simulated
+  int64_t improvements = 0;  // times the best got better during the search
   bool stopped_by_time = false;
-  std::string start_family;          // the family the winning search started from
-  double start_makespan_us = 0;      // its makespan before the search
+  std::string start_family;      // the family the winning search started from
+  double start_makespan_us = 0;  // its makespan before the search
   // The fastest published family that fits as it is (empty: none fits), for comparison.
   std::string best_family;
   double best_family_makespan_us = 0;
@@ -98,9 +98,9 @@ struct [[nodiscard]] OptimizeResult {
   Status status;  // InvalidInput for a bad problem; Infeasible when no family or greedy start
                   // applies to it (every re-cut breaks its limits); otherwise ok, whatever the outcome
   Outcome outcome = Outcome::kInfeasible;
-  Problem problem;    // the input re-cut to the schedule's placement
-  Schedule schedule;  // the best found (over budget when the outcome is kInfeasible)
-  Timeline timeline;  // its simulation, with op times and memory curves
+  Problem problem;            // the input re-cut to the schedule's placement
+  Schedule schedule;          // the best found (over budget when the outcome is kInfeasible)
+  Timeline timeline;          // its simulation, with op times and memory curves
   double lower_bound_us = 0;  // no schedule of the placements searched can be faster
                               // (makespan_lower_bound, or with `exact` the CP or MILP proof)
   double gap = 0;             // (makespan − bound) / makespan

@@ -62,8 +62,8 @@ struct Problem {
   int num_devices = 0;       // D
   int num_microbatches = 0;  // M
   Placement placement = Placement::kLinear;
-  int chunks_per_device = 1;  // v; S = D·v
-  double t_comm_us = 0;       // activation/gradient hop between stages on different devices
+  int chunks_per_device = 1;        // v; S = D·v
+  double t_comm_us = 0;             // activation/gradient hop between stages on different devices
   std::vector<StageSpec> stages;    // S entries, model order
   std::vector<DeviceSpec> devices;  // D entries
   HostLinkSpec host_link;

@@ -37,9 +37,7 @@ struct Op {
   int32_t stage = 0;
   int32_t microbatch = 0;
 
-  bool operator==(const Op& o) const {
-    return kind == o.kind && stage == o.stage && microbatch == o.microbatch;
-  }
+  bool operator==(const Op& o) const { return kind == o.kind && stage == o.stage && microbatch == o.microbatch; }
   bool operator!=(const Op& o) const { return !(*this == o); }
 };
 

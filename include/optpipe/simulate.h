@@ -35,19 +35,19 @@ struct MemoryPoint {
 };
 
 struct DeviceFigures {
-  double busy_us = 0;         // compute-stream time in use
-  double first_start_us = 0;  // first op start
-  double last_end_us = 0;     // last op end
-  double idle_us = 0;         // makespan − busy
-  int64_t peak_bytes = 0;     // peak of static + activations + workspace
+  double busy_us = 0;            // compute-stream time in use
+  double first_start_us = 0;     // first op start
+  double last_end_us = 0;        // last op end
+  double idle_us = 0;            // makespan − busy
+  int64_t peak_bytes = 0;        // peak of static + activations + workspace
   int64_t worst_peak_bytes = 0;  // the same peak under the worst timing the schedule allows
                                  // (any_timing.h); filled with SimOptions::any_timing
   Op worst_peak_op;              // the compute op running at that worst moment
-  double peak_time_us = 0;    // when the peak is first reached
-  Op peak_op;                 // the op whose allocation reaches the peak
-  int64_t offload_bytes = 0;  // moved to the host
-  int64_t reload_bytes = 0;   // moved back
-  double d2h_busy_us = 0;     // this device's transfers on its device-to-host channel
+  double peak_time_us = 0;       // when the peak is first reached
+  Op peak_op;                    // the op whose allocation reaches the peak
+  int64_t offload_bytes = 0;     // moved to the host
+  int64_t reload_bytes = 0;      // moved back
+  double d2h_busy_us = 0;        // this device's transfers on its device-to-host channel
   double h2d_busy_us = 0;
   int num_recomputes = 0;
 };
@@ -57,10 +57,10 @@ struct Timeline {
                                  // unless SimOptions::op_times)
   std::vector<double> end_us;
   std::vector<DeviceFigures> devices;
-  double makespan_us = 0;  // end of the last op anywhere
-  double max_span_us = 0;  // longest per-device span (steady-state period)
-  double bubble_ratio = 0;  // 1 − Σ busy / (D · makespan)
-  double idle_us = 0;       // Σ over devices of makespan − busy
+  double makespan_us = 0;                        // end of the last op anywhere
+  double max_span_us = 0;                        // longest per-device span (steady-state period)
+  double bubble_ratio = 0;                       // 1 − Σ busy / (D · makespan)
+  double idle_us = 0;                            // Σ over devices of makespan − busy
   std::vector<std::vector<MemoryPoint>> memory;  // per device, only with SimOptions::memory_curve
 };
 
@@ -77,9 +77,9 @@ struct SimOptions {
 };
 
 struct [[nodiscard]] SimResult {
-  Status status;      // InvalidInput when the schedule deadlocks or names an op twice / out of range
-  Timeline timeline;  // complete only when status is ok
-  std::vector<Op> stuck;  // on deadlock: the op each blocked resource waits to run
+  Status status;               // InvalidInput when the schedule deadlocks or names an op twice / out of range
+  Timeline timeline;           // complete only when status is ok
+  std::vector<Op> stuck;       // on deadlock: the op each blocked resource waits to run
   bool out_of_memory = false;  // with gate_memory: stuck waiting for room that nothing can free
 
   bool ok() const { return status.ok(); }

@@ -57,7 +57,7 @@ class InvariantError : public std::logic_error {
 
 }  // namespace optpipe
 
-#define OPTPIPE_CHECK(cond, what)                                         \
-  do {                                                                    \
+#define OPTPIPE_CHECK(cond, what)                                            \
+  do {                                                                       \
     if (!(cond)) ::optpipe::fail_invariant(__FILE__, __LINE__, #cond, what); \
   } while (0)

@@ -62,7 +62,8 @@ Result<ClusterSpec> find_cluster(const std::string& name) {
   char* end = nullptr;
   const long n = std::strtol(count.c_str(), &end, 10);
   if (x == std::string::npos || count.empty() || *end != '\0' || n < 1 || n > 4096)
-    return Result<ClusterSpec>::Error(Status::Invalid("cluster \"" + name + "\": expected <count>x<gpu>, e.g. 16xh100"));
+    return Result<ClusterSpec>::Error(
+        Status::Invalid("cluster \"" + name + "\": expected <count>x<gpu>, e.g. 16xh100"));
   for (const ClusterSpec& g : gpu_presets()) {
     if (g.name != gpu) continue;
     ClusterSpec c = g;
@@ -72,7 +73,8 @@ Result<ClusterSpec> find_cluster(const std::string& name) {
   }
   std::string known;
   for (const ClusterSpec& g : gpu_presets()) known += (known.empty() ? "" : ", ") + g.name;
-  return Result<ClusterSpec>::Error(Status::Invalid("cluster \"" + name + "\": unknown GPU \"" + gpu + "\" (known: " + known + ")"));
+  return Result<ClusterSpec>::Error(
+      Status::Invalid("cluster \"" + name + "\": unknown GPU \"" + gpu + "\" (known: " + known + ")"));
 }
 
 LayerCost transformer_layer_cost(const ModelSpec& m, int microbatch_size) {
@@ -164,12 +166,16 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
   using R = Result<Problem>;
   if (m.num_layers < 1 || m.hidden < 1 || m.ffn < 1 || m.heads < 1 || m.kv_heads < 1 || m.seq_len < 1 || m.vocab < 1 ||
       m.hidden % m.heads != 0 || m.heads % m.kv_heads != 0)
-    return R::Error(Status::Invalid("model \"" + m.name + "\": sizes must be positive, hidden divisible by heads, heads by kv heads"));
+    return R::Error(Status::Invalid("model \"" + m.name +
+                                    "\": sizes must be positive, hidden divisible by heads, heads by kv heads"));
   if (cluster.num_gpus < 1 || !(cluster.peak_tflops > 0) || !(cluster.utilization > 0) || cluster.utilization > 1)
-    return R::Error(Status::Invalid("cluster \"" + cluster.name + "\": needs GPUs, a positive peak and a utilization in (0, 1]"));
+    return R::Error(
+        Status::Invalid("cluster \"" + cluster.name + "\": needs GPUs, a positive peak and a utilization in (0, 1]"));
   if (plan.microbatch_size < 1) return R::Error(Status::Invalid("microbatch size must be ≥ 1"));
   const int D = cluster.num_gpus;
-  if (D > m.num_layers) return R::Error(Status::Invalid("more pipeline stages (" + std::to_string(D) + ") than layers (" + std::to_string(m.num_layers) + ")"));
+  if (D > m.num_layers)
+    return R::Error(Status::Invalid("more pipeline stages (" + std::to_string(D) + ") than layers (" +
+                                    std::to_string(m.num_layers) + ")"));
   const double flops_per_us = cluster.peak_tflops * 1e6 * cluster.utilization;
   const LayerCost layer = transformer_layer_cost(m, plan.microbatch_size);
   const LayerCost head = head_cost(m, plan.microbatch_size);
@@ -199,7 +205,8 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
     p.stages.push_back(st);
 
     DeviceSpec dev;
-    int64_t params = n * layer.params + (c == 0 ? static_cast<int64_t>(m.vocab) * m.hidden : 0) + (last ? head.params : 0);
+    int64_t params =
+        n * layer.params + (c == 0 ? static_cast<int64_t>(m.vocab) * m.hidden : 0) + (last ? head.params : 0);
     dev.static_bytes = 16 * params;  // [R20]
     dev.mem_budget_bytes = plan.mem_budget_bytes > 0 ? plan.mem_budget_bytes : cluster.hbm_bytes / 10 * 9;
     dev.host_link = c / std::max(1, cluster.gpus_per_host_link);

@@ -10,7 +10,8 @@
 
 namespace optpipe {
 
-Schedule schedule_by_start(const Problem& p, const std::vector<Op>& ops, const std::function<double(const Op&)>& start) {
+Schedule schedule_by_start(const Problem& p, const std::vector<Op>& ops,
+                           const std::function<double(const Op&)>& start) {
   auto kind_rank = [](OpKind k) { return k == OpKind::kF ? 0 : k == OpKind::kR ? 1 : k == OpKind::kW ? 3 : 2; };
   Schedule s;
   s.placement = p.placement;
@@ -79,8 +80,8 @@ void add_transfers_by_start(const Problem& p, const std::function<double(const O
       after_end = end(ds.compute[anchor]);
     }
     for (const TransferTimes& o : transfers)
-      if (p.device_of(o.stage) == p.device_of(t.stage) && o.offload_end > after_end && o.offload_end <= t.reload_start + kEps &&
-          !(o.stage == t.stage && o.microbatch == t.microbatch)) {
+      if (p.device_of(o.stage) == p.device_of(t.stage) && o.offload_end > after_end &&
+          o.offload_end <= t.reload_start + kEps && !(o.stage == t.stage && o.microbatch == t.microbatch)) {
         after = Op{OpKind::kOffload, o.stage, o.microbatch};
         after_end = o.offload_end;
       }
@@ -89,6 +90,5 @@ void add_transfers_by_start(const Problem& p, const std::function<double(const O
     ds.reloads.push_back(entry);
   }
 }
-
 
 }  // namespace optpipe

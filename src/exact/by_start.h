@@ -32,5 +32,4 @@ void add_transfers_by_start(const Problem& p, const std::function<double(const O
                             const std::function<double(const Op&)>& end, std::vector<TransferTimes> transfers,
                             Schedule* s);
 
-
 }  // namespace optpipe

@@ -39,11 +39,11 @@ using namespace Gecode;
 
 // The model's numbers, on the integer grid.
 struct Grid {
-  std::vector<Op> ops;                  // every F, B, W
-  std::vector<int> index;               // op id → position in ops, −1 otherwise
-  std::vector<int> dur;                 // per op, in grid steps (rounded down)
-  std::vector<int> r_dur;               // per stage: R, in grid steps (rounded down)
-  std::vector<int> off_dur, rel_dur;    // per stage: offload and reload, in grid steps (rounded up)
+  std::vector<Op> ops;                // every F, B, W
+  std::vector<int> index;             // op id → position in ops, −1 otherwise
+  std::vector<int> dur;               // per op, in grid steps (rounded down)
+  std::vector<int> r_dur;             // per stage: R, in grid steps (rounded down)
+  std::vector<int> off_dur, rel_dur;  // per stage: offload and reload, in grid steps (rounded up)
   int horizon = 0;
   double unit_us = 1;
 };
@@ -75,8 +75,12 @@ class PipeSpace : public IntMinimizeSpace {
         return;
       }
     }
-    if (c.rc) branch(*this, recompute, BOOL_VAR_NONE(), BOOL_VAL_MAX());  // recomputing first: the search reaches pipelined orders sooner
-    if (c.oc) branch(*this, offload, BOOL_VAR_NONE(), BOOL_VAL_MAX());  // likewise: keeping first took seconds where this takes milliseconds
+    if (c.rc)
+      branch(*this, recompute, BOOL_VAR_NONE(),
+             BOOL_VAL_MAX());  // recomputing first: the search reaches pipelined orders sooner
+    if (c.oc)
+      branch(*this, offload, BOOL_VAR_NONE(),
+             BOOL_VAL_MAX());  // likewise: keeping first took seconds where this takes milliseconds
     IntVarArgs times;
     times << start;
     if (c.rc) times << r_start;
@@ -160,7 +164,8 @@ class PipeSpace : public IntMinimizeSpace {
       for (int i = 0; i < M; i++) {
         const BoolVar o = offload[s * M + i];
         const IntVar O = off_start[s * M + i], L = rel_start[s * M + i];
-        const IntVar F_end = expr(*this, var(c, OpKind::kF, s, i) + c.d(OpKind::kF, s, i)), B = var(c, OpKind::kB, s, i);
+        const IntVar F_end = expr(*this, var(c, OpKind::kF, s, i) + c.d(OpKind::kF, s, i)),
+                     B = var(c, OpKind::kB, s, i);
         if (p.stages[s].act_f_bytes <= 0) rel(*this, o, IRT_EQ, 0);
         if (c.rc) rel(*this, o + recompute[s * M + i] <= 1);
         rel(*this, O >= F_end);
@@ -229,8 +234,10 @@ class PipeSpace : public IntMinimizeSpace {
       if (bytes <= 0) return;
       const double h = std::ceil(bytes / kMiB);
       if (h > capacity) {
-        if (when.assigned() && when.val() == 1) too_tall = true;
-        else rel(*this, when, IRT_EQ, 0);
+        if (when.assigned() && when.val() == 1)
+          too_tall = true;
+        else
+          rel(*this, when, IRT_EQ, 0);
         return;
       }
       ts << from;
@@ -336,8 +343,7 @@ Grid make_grid(const Problem& p, const CpOptions& options) {
 
 // The schedule of the best solution: each device's ops by their start times, the offloaded
 // activations' transfers settled in the simulator, and its simulated makespan as the objective.
-void read_back_schedule(const Problem& p, const Grid& g, const PipeSpace& best, bool offload,
-                        CpSolution* out) {
+void read_back_schedule(const Problem& p, const Grid& g, const PipeSpace& best, bool offload, CpSolution* out) {
   const int S = p.num_stages(), M = p.num_microbatches;
   std::vector<Op> ops = g.ops;
   for (int k = 0; k < best.recompute.size(); k++)
@@ -363,8 +369,10 @@ void read_back_schedule(const Problem& p, const Grid& g, const PipeSpace& best, 
       out->status = Status::Internal("the CP solution's transfers overflow a budget when simulated");
   }
   SimResult sim = simulate(p, out->schedule, {.op_times = false});
-  if (sim.ok()) out->objective_us = sim.timeline.makespan_us;
-  else out->status = Status::Internal("the CP solution does not simulate: " + sim.status.message);
+  if (sim.ok())
+    out->objective_us = sim.timeline.makespan_us;
+  else
+    out->status = Status::Internal("the CP solution does not simulate: " + sim.status.message);
 }
 
 CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
@@ -390,9 +398,8 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
   out.proven_optimal = !engine.stopped();
   if (!best) {
     // A search that finished without a solution proves there is none.
-    out.status = out.proven_optimal
-                     ? Status::Infeasible("the CP model has no solution: nothing fits the budget")
-                     : Status::TimeLimit("the CP search found no solution within its time limit");
+    out.status = out.proven_optimal ? Status::Infeasible("the CP model has no solution: nothing fits the budget")
+                                    : Status::TimeLimit("the CP search found no solution within its time limit");
   } else {
     if (out.proven_optimal) out.bound_us = best->makespan.val() * g.unit_us;
     read_back_schedule(p, g, *best, options.memory && options.offload, &out);

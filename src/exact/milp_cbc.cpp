@@ -30,8 +30,7 @@ ColumnMajor column_major(const MilpModel& m) {
   std::vector<std::vector<std::pair<int, double>>> by_col(m.col_lb.size());
   for (size_t r = 0; r < m.rows.size(); r++) {
     const MilpRow& row = m.rows[r];
-    for (size_t k = 0; k < row.cols.size(); k++)
-      by_col[row.cols[k]].push_back({static_cast<int>(r), row.coefs[k]});
+    for (size_t k = 0; k < row.cols.size(); k++) by_col[row.cols[k]].push_back({static_cast<int>(r), row.coefs[k]});
     cm.row_lb.push_back(std::isinf(row.lb) ? -std::numeric_limits<double>::max() : row.lb);
     cm.row_ub.push_back(std::isinf(row.ub) ? std::numeric_limits<double>::max() : row.ub);
   }
@@ -50,9 +49,8 @@ Cbc_Model* load_model(const MilpModel& m, const MilpOptions& options) {
   const int n = static_cast<int>(m.col_lb.size());
   const ColumnMajor cm = column_major(m);
   Cbc_Model* model = Cbc_newModel();
-  Cbc_loadProblem(model, n, static_cast<int>(m.rows.size()), cm.starts.data(), cm.index.data(),
-                  cm.value.data(), m.col_lb.data(), m.col_ub.data(), m.objective.data(), cm.row_lb.data(),
-                  cm.row_ub.data());
+  Cbc_loadProblem(model, n, static_cast<int>(m.rows.size()), cm.starts.data(), cm.index.data(), cm.value.data(),
+                  m.col_lb.data(), m.col_ub.data(), m.objective.data(), cm.row_lb.data(), cm.row_ub.data());
   for (int c = 0; c < n; c++)
     if (m.col_integer[c]) Cbc_setInteger(model, c);
   Cbc_setParameter(model, "log", "0");
@@ -115,8 +113,7 @@ void set_warm_start(Cbc_Model* model, const Problem& p, const MilpModel& m, cons
     x[m.offload_start_col[j]] = x[m.start_col[op_id(p, f)]] + p.stages[f.stage].t_f_us;
     x[m.reload_start_col[j]] = m.col_ub[m.reload_start_col[j]];
   }
-  for (const MilpModel::Pair& pr : m.pairs)
-    x[pr.col] = position[op_id(p, pr.a)] < position[op_id(p, pr.b)] ? 1 : 0;
+  for (const MilpModel::Pair& pr : m.pairs) x[pr.col] = position[op_id(p, pr.a)] < position[op_id(p, pr.b)] ? 1 : 0;
   for (const MilpModel::Product& pr : m.products)
     x[pr.col] = (pr.z_complemented ? 1 - x[pr.z_col] : x[pr.z_col]) * x[pr.r_col];
   std::vector<int> cols(n);
@@ -161,8 +158,7 @@ void read_back_schedule(const Problem& p, const MilpModel& m, const double* x, M
 
 }  // namespace
 
-MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions& options,
-                        const Schedule* warm_start) {
+MilpSolution solve_milp(const Problem& p, const MilpModel& m, const MilpOptions& options, const Schedule* warm_start) {
   const auto t0 = std::chrono::steady_clock::now();
   MilpSolution out;
   Cbc_Model* model = load_model(m, options);

@@ -15,7 +15,9 @@ size_t milp_min_binaries(const Problem& p) {
   return static_cast<size_t>(p.num_stages()) * (M * (M - 1) / 2);
 }
 
-size_t MilpModel::num_binaries() const { return static_cast<size_t>(std::count(col_integer.begin(), col_integer.end(), 1)); }
+size_t MilpModel::num_binaries() const {
+  return static_cast<size_t>(std::count(col_integer.begin(), col_integer.end(), 1));
+}
 
 namespace {
 
@@ -38,9 +40,7 @@ struct Builder {
 double op_us(const Problem& p, OpKind k, int s) { return op_duration_us(p, Op{k, s, 0}); }
 double hop_us(const Problem& p, int a, int b) { return p.device_of(a) == p.device_of(b) ? 0.0 : p.t_comm_us; }
 // What a recompute of stage s frees between F and R.
-int64_t dropped_bytes(const Problem& p, int s) {
-  return p.stages[s].act_f_bytes - p.stages[s].act_input_bytes;
-}
+int64_t dropped_bytes(const Problem& p, int s) { return p.stages[s].act_f_bytes - p.stages[s].act_input_bytes; }
 int64_t act_delta_bytes(const StageSpec& h, OpKind k) {
   return k == OpKind::kF ? h.act_f_bytes : k == OpKind::kB ? h.act_b_bytes : h.act_w_bytes;
 }
@@ -87,7 +87,7 @@ double model_horizon_us(const Builder& mb) {
   if (horizon <= 0) {
     for (int s = 0; s < mb.S; s++) {
       horizon += mb.M * (op_us(p, OpKind::kF, s) + op_us(p, OpKind::kB, s) + op_us(p, OpKind::kW, s) +
-                        (mb.recompute ? p.stages[s].t_r_us : 0));
+                         (mb.recompute ? p.stages[s].t_r_us : 0));
       if (mb.offload) horizon += mb.M * (p.offload_us(s) + p.reload_us(s));
     }
     horizon += 2.0 * mb.S * mb.M * p.t_comm_us;
@@ -139,14 +139,12 @@ void add_precedence_rows(Builder& mb) {
       const Op f{OpKind::kF, s, i}, b{OpKind::kB, s, i}, w{OpKind::kW, s, i};
       if (s > 0) add_after(mb, {OpKind::kF, s - 1, i}, f, op_us(p, OpKind::kF, s - 1) + hop_us(p, s - 1, s));
       add_after(mb, f, b, op_us(p, OpKind::kF, s));
-      if (s + 1 < S)
-        add_after(mb, {OpKind::kB, s + 1, i}, b, op_us(p, OpKind::kB, s + 1) + hop_us(p, s + 1, s));
+      if (s + 1 < S) add_after(mb, {OpKind::kB, s + 1, i}, b, op_us(p, OpKind::kB, s + 1) + hop_us(p, s + 1, s));
       add_after(mb, b, w, op_us(p, OpKind::kB, s));
       // C ≥ end of W
       mb.m.rows.push_back({{mb.m.makespan_col, col(mb, w)}, {1, -1}, op_us(p, OpKind::kW, s), kInf});
       if (i + 1 < M)
-        for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW})
-          add_after(mb, {k, s, i}, {k, s, i + 1}, op_us(p, k, s));
+        for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW}) add_after(mb, {k, s, i}, {k, s, i + 1}, op_us(p, k, s));
     }
   }
 }
@@ -372,7 +370,8 @@ Status add_memory_row(Builder& mb, const DeviceOrders& o, const DeviceMemory& me
   }
   row.lb = -kInf;
   row.ub = ub / kMiB;
-  if (!row.cols.empty()) mb.m.rows.push_back(std::move(row));
+  if (!row.cols.empty())
+    mb.m.rows.push_back(std::move(row));
   else if (row.ub < 0)
     return Status::Infeasible("device " + std::to_string(o.d) + " cannot fit " + op_name(op) + " in any order");
   return Status::Ok();
@@ -403,8 +402,7 @@ Status add_allocation_rows(Builder& mb, const DeviceOrders& o, const DeviceMemor
 // bytes, plus every F started by then (u), less every B or W ended by then (v), plus the other
 // offloaded activations as above, plus the largest workspace. A recompute's drop is not counted
 // (too much, never too little).
-void add_reload_memory_row(Builder& mb, const DeviceOrders& o, const DeviceMemory& mem, int j,
-                           int64_t workspace) {
+void add_reload_memory_row(Builder& mb, const DeviceOrders& o, const DeviceMemory& mem, int j, int64_t workspace) {
   const Problem& p = mb.p;
   MilpModel& m = mb.m;
   const int M = mb.M;

@@ -14,7 +14,7 @@ CsvExport pytorch_csv(const Schedule& s) {
         case OpKind::kB: action = "I"; break;  // torch ≥ 2.6: I = backward for the input
         case OpKind::kW: action = "W"; break;
         case OpKind::kBW: action = "B"; break;  // torch ≥ 2.6: B = full backward
-        case OpKind::kWait: continue;          // goes with its offload, left out below
+        case OpKind::kWait: continue;           // goes with its offload, left out below
         default: recomputes++; continue;
       }
       if (!row.empty()) row += ",";

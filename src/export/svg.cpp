@@ -10,7 +10,7 @@ namespace optpipe {
 
 const char* op_colour(OpKind k) {
   static const char* const kColours[kNumOpKinds] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
-                                                   "#b07aa1", "#76b7b2", "#edc948", "#000000"};
+                                                    "#b07aa1", "#76b7b2", "#edc948", "#000000"};
   return kColours[static_cast<int>(k)];
 }
 
@@ -60,9 +60,9 @@ void draw_box(const Layout& l, const Op& op, double y, double h, bool label, std
   // Later chunks of a device are drawn lighter, so V-shape and interleaved chunks read apart.
   const int chunk = op.stage / p.num_devices;
   const double opacity = p.chunks_per_device > 1 ? 1.0 - 0.45 * chunk / (p.chunks_per_device - 1) : 1.0;
-  o += "<rect x=\"" + fmt("%.2f", x0) + "\" y=\"" + fmt("%.1f", y) + "\" width=\"" + fmt("%.2f", w) +
-       "\" height=\"" + fmt("%.1f", h) + "\" fill=\"" + op_colour(op.kind) + "\" fill-opacity=\"" +
-       fmt("%.2f", opacity) + "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>" + op_name(op) + " " +
+  o += "<rect x=\"" + fmt("%.2f", x0) + "\" y=\"" + fmt("%.1f", y) + "\" width=\"" + fmt("%.2f", w) + "\" height=\"" +
+       fmt("%.1f", h) + "\" fill=\"" + op_colour(op.kind) + "\" fill-opacity=\"" + fmt("%.2f", opacity) +
+       "\" stroke=\"#ffffff\" stroke-width=\"0.5\"><title>" + op_name(op) + " " +
        escape_markup(format_us(t.start_us[i])) + " – " + escape_markup(format_us(t.end_us[i])) + "</title></rect>\n";
   if (label && w >= 12)
     o += "<text x=\"" + fmt("%.2f", x0 + w / 2) + "\" y=\"" + fmt("%.1f", y + h / 2 + 4) +
@@ -103,11 +103,12 @@ void draw_axis(const Layout& l, std::string& o) {
     o += "<text x=\"" + fmt("%.2f", x) + "\" y=\"" + fmt("%.1f", axis_y + 16) + "\" text-anchor=\"middle\">" +
          fmt("%g", tick / 1000) + "</text>\n";
   }
-  o += "<text x=\"" + fmt("%.1f", right_x) + "\" y=\"" + fmt("%.1f", axis_y + 30) + "\" text-anchor=\"end\">time (ms)</text>\n";
+  o += "<text x=\"" + fmt("%.1f", right_x) + "\" y=\"" + fmt("%.1f", axis_y + 30) +
+       "\" text-anchor=\"end\">time (ms)</text>\n";
   double lx = left;
   for (int k = 0; k < kNumOpKinds; k++) {
-    o += "<rect x=\"" + fmt("%.0f", lx) + "\" y=\"" + fmt("%.1f", axis_y + 22) + "\" width=\"10\" height=\"10\" fill=\"" +
-         op_colour(static_cast<OpKind>(k)) + "\"/>";
+    o += "<rect x=\"" + fmt("%.0f", lx) + "\" y=\"" + fmt("%.1f", axis_y + 22) +
+         "\" width=\"10\" height=\"10\" fill=\"" + op_colour(static_cast<OpKind>(k)) + "\"/>";
     o += "<text x=\"" + fmt("%.0f", lx + 14) + "\" y=\"" + fmt("%.1f", axis_y + 31) + "\">" +
          op_kind_name(static_cast<OpKind>(k)) + "</text>\n";
     lx += 78;

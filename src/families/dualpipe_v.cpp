@@ -41,10 +41,17 @@ Result<Schedule> make_dualpipe_v(const Problem& p) {
       full_bwd(b_stage);
     };
 
-    for (int k = 0; k < 2 * (D - r - 1); k++) fwd(s0);                  // 1
-    for (int k = 0; k < r + 1; k++) { fwd(s0); fwd(s1); }               // 2
-    for (int k = 0; k < D - r - 1; k++) { input_bwd(s1); pop_w(); fwd(s1); }  // 3
-    for (int i = 0; i < M - 2 * D + r + 1; i++) {                       // 4: main loop
+    for (int k = 0; k < 2 * (D - r - 1); k++) fwd(s0);  // 1
+    for (int k = 0; k < r + 1; k++) {
+      fwd(s0);
+      fwd(s1);
+    }  // 2
+    for (int k = 0; k < D - r - 1; k++) {
+      input_bwd(s1);
+      pop_w();
+      fwd(s1);
+    }                                              // 3
+    for (int i = 0; i < M - 2 * D + r + 1; i++) {  // 4: main loop
       if (i == 0 && r == D - 1) {
         fwd(s0);
         full_bwd(s1);
@@ -53,19 +60,22 @@ Result<Schedule> make_dualpipe_v(const Problem& p) {
       }
       overlap(s1, s0);
     }
-    for (int k = 0; k < D - r - 1; k++) { full_bwd(s1); overlap(s1, s0); }  // 5
-    bool zero_bubble = false;                                                // 6
+    for (int k = 0; k < D - r - 1; k++) {
+      full_bwd(s1);
+      overlap(s1, s0);
+    }                          // 5
+    bool zero_bubble = false;  // 6
     for (int i = 0; i < r + 1; i++) {
       if (i == (r + 1) / 2 && r % 2 == 1) zero_bubble = true;
       zero_bubble ? input_bwd(s1) : full_bwd(s1);
       if (i == (r + 1) / 2 && r % 2 == 0) zero_bubble = true;
       zero_bubble ? input_bwd(s0) : full_bwd(s0);
     }
-    for (int k = 0; k < D - r - 1; k++) {                                    // 7
+    for (int k = 0; k < D - r - 1; k++) {  // 7
       pop_w();
       zero_bubble ? input_bwd(s0) : full_bwd(s0);
     }
-    while (!pending_w.empty()) pop_w();                                      // 8
+    while (!pending_w.empty()) pop_w();  // 8
   }
   return Result<Schedule>::Of(std::move(s));
 }

@@ -16,7 +16,8 @@ const std::vector<Family>& families() {
       {"zb-v", Placement::kVShape, 2, make_zb_v, "zero-bubble V: two chunks in a V; ~zero bubble at 1F1B's memory"},
       {"v-half", Placement::kVShape, 2, make_v_half, "V-shape at half of 1F1B's activation memory"},
       {"v-min", Placement::kVShape, 2, make_v_min, "V-shape at a third of 1F1B's activation memory"},
-      {"dualpipe-v", Placement::kVShape, 2, make_dualpipe_v, "DeepSeek's DualPipeV: V-shape, forward and backward overlapped"},
+      {"dualpipe-v", Placement::kVShape, 2, make_dualpipe_v,
+       "DeepSeek's DualPipeV: V-shape, forward and backward overlapped"},
       {"pipeoffload", Placement::kInterleaved, 2, make_pipeoffload,
        "PipeOffload-style: interleaved 1F1B, offloading activations whose lifespan covers the round trip"},
       {"1f1b-recompute", Placement::kLinear, 1, make_1f1b_recompute,
@@ -35,10 +36,9 @@ Result<FamilySchedule> build_family(const Family& f, const Problem& p, int chunk
   int v = f.chunks_per_device;
   if (chunks_per_device > 0) {
     if (f.placement != Placement::kInterleaved && chunks_per_device != f.chunks_per_device)
-      return Result<FamilySchedule>::Error(Status::Invalid(std::string(f.name) + " runs " +
-                                                           std::to_string(f.chunks_per_device) +
-                                                           " chunk(s) per device, not " +
-                                                           std::to_string(chunks_per_device)));
+      return Result<FamilySchedule>::Error(
+          Status::Invalid(std::string(f.name) + " runs " + std::to_string(f.chunks_per_device) +
+                          " chunk(s) per device, not " + std::to_string(chunks_per_device)));
     v = chunks_per_device;
   }
   FamilySchedule out;
@@ -55,7 +55,8 @@ Result<FamilySchedule> build_family(const Family& f, const Problem& p, int chunk
   return Result<FamilySchedule>::Of(std::move(out));
 }
 
-std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim, std::chrono::steady_clock::time_point deadline) {
+std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
+                                    std::chrono::steady_clock::time_point deadline) {
   std::vector<FamilyRun> out;
   for (const Family& f : families()) {
     FamilyRun run;

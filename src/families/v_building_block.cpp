@@ -106,7 +106,8 @@ int peak_memory(const Slots& sch) {
 // maxima: a segment tree with lazy adds.
 class CurveTree {
  public:
-  explicit CurveTree(const std::vector<int>& curve) : n_(static_cast<int>(curve.size())), max_(4 * n_), add_(4 * n_, 0) {
+  explicit CurveTree(const std::vector<int>& curve)
+      : n_(static_cast<int>(curve.size())), max_(4 * n_), add_(4 * n_, 0) {
     build(1, 0, n_ - 1, curve);
   }
   void add(int l, int r, int v) { update(1, 0, n_ - 1, l, r, v); }

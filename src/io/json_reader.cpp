@@ -15,9 +15,12 @@ bool nests_too_deep(const std::string& text) {
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -30,7 +33,6 @@ bool nests_too_deep(const std::string& text) {
 }
 
 }  // namespace
-
 
 std::string brief(const json& v) {
   constexpr size_t kMax = 80;
@@ -67,7 +69,7 @@ Result<json> parse(const std::string& text, const char* what) {
   try {
     return Result<json>::Of(json::parse(text));
   } catch (const json::exception& e) {  // parse errors and number overflow
-    std::string why = e.what();  // it quotes the token read last, which may be long
+    std::string why = e.what();         // it quotes the token read last, which may be long
     if (why.size() > 240) why = why.substr(0, 240) + "…";
     return Result<json>::Error(Status::Invalid(std::string("malformed JSON in ") + what + ": " + why));
   }
@@ -94,8 +96,12 @@ void read_measured_stage(Reader& sr, StageSpec* st, bool required) {
 }
 
 json measured_stage_json(const StageSpec& st) {
-  return {{"t_f_us", st.t_f_us},           {"t_b_us", st.t_b_us},       {"t_w_us", st.t_w_us},
-          {"t_r_us", st.t_r_us},           {"act_f_bytes", st.act_f_bytes}, {"act_w_bytes", st.act_w_bytes},
+  return {{"t_f_us", st.t_f_us},
+          {"t_b_us", st.t_b_us},
+          {"t_w_us", st.t_w_us},
+          {"t_r_us", st.t_r_us},
+          {"act_f_bytes", st.act_f_bytes},
+          {"act_w_bytes", st.act_w_bytes},
           {"act_input_bytes", st.act_input_bytes}};
 }
 
@@ -106,7 +112,8 @@ json host_link_json(const HostLinkSpec& link) {
 void check_format(Reader& r, const char* expected) {
   std::string format = expected;
   r.string("format", &format, false);
-  if (format != expected) r.fail(r.field("format"), "expected \"" + std::string(expected) + "\", got \"" + format + "\"");
+  if (format != expected)
+    r.fail(r.field("format"), "expected \"" + std::string(expected) + "\", got \"" + format + "\"");
 }
 
 void read_placement(Reader& r, Placement* placement, int* chunks_per_device) {

@@ -29,7 +29,8 @@ bool to_int64(const json& v, int64_t* out);
 class Reader {
  public:
   Reader(const json& j, std::string path, Status* error) : j_(j), path_(std::move(path)), error_(error) {
-    if (error_->ok() && !j_.is_object()) fail(path_.empty() ? "top level" : path_, std::string("expected an object, got ") + type_name(j_));
+    if (error_->ok() && !j_.is_object())
+      fail(path_.empty() ? "top level" : path_, std::string("expected an object, got ") + type_name(j_));
   }
 
   bool has(const char* key) const { return j_.is_object() && j_.contains(key); }

@@ -16,8 +16,8 @@ Result<Schedule> schedule_from_json(const std::string& text) {
   auto read_op = [&](const json& v, const std::string& where, Op* out) {
     if (!err.ok()) return;
     if (!v.is_string() || !parse_op_name(v.get<std::string>(), out))
-      err = Status::Invalid(where + ": expected an op such as \"F3 s1\" (kinds F, B, W, BW, R, OFFLOAD, RELOAD, WAIT), got " +
-                            brief(v));
+      err = Status::Invalid(
+          where + ": expected an op such as \"F3 s1\" (kinds F, B, W, BW, R, OFFLOAD, RELOAD, WAIT), got " + brief(v));
   };
   read_placement(r, &s.placement, &s.chunks_per_device);
   if (const json* devices = r.array("devices", true)) {

@@ -130,7 +130,8 @@ double makespan_lower_bound(const Problem& p) {
     const double hop = p.device_of(s) == p.device_of(s + 1) ? 0 : p.t_comm_us;
     round_trip[s] = round_trip[s + 1] + 2 * hop + p.stages[s + 1].t_f_us + p.stages[s + 1].t_b_us;
   }
-  for (int d = 0; d < D; d++) bound = std::max(bound, first[d] + work[d] + warmup_idle_us(p, d, head, round_trip, first[d]));
+  for (int d = 0; d < D; d++)
+    bound = std::max(bound, first[d] + work[d] + warmup_idle_us(p, d, head, round_trip, first[d]));
 
   for (int d = 0; d < D; d++) {
     const double capacity = static_cast<double>(p.devices[d].mem_budget_bytes - p.devices[d].static_bytes);
@@ -146,7 +147,8 @@ double makespan_lower_bound(const Problem& p) {
       const double a_f = static_cast<double>(st.act_f_bytes), a_w = -static_cast<double>(st.act_w_bytes);
       area += M * (a_f * (st.t_f_us + round_trip[s] + st.t_b_us) + a_w * st.t_w_us);
       classes.push_back({a_f * std::max(0.0, round_trip[s] - p.offload_us(s) - p.reload_us(s)), p.offload_us(s),
-                         (a_f - static_cast<double>(st.act_input_bytes)) * std::max(0.0, round_trip[s] - st.t_r_us), st.t_r_us});
+                         (a_f - static_cast<double>(st.act_input_bytes)) * std::max(0.0, round_trip[s] - st.t_r_us),
+                         st.t_r_us});
     }
     // The most area that choices fitting in `budget_us` of one resource can save (fractional).
     auto best_saving = [&](double budget_us, bool offload) {

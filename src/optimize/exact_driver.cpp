@@ -69,7 +69,8 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
     if (milp_min_binaries(pk) > kMaxExactBinaries) continue;
     Result<MilpModel> m = build_milp(pk, {.memory = false});
     if (!m.ok() || m.value.num_binaries() > kMaxExactBinaries) continue;
-    MilpSolution sol = solve_milp(pk, m.value, {.memory = false, .time_limit_s = share, .threads = options.threads}, nullptr);
+    MilpSolution sol =
+        solve_milp(pk, m.value, {.memory = false, .time_limit_s = share, .threads = options.threads}, nullptr);
     out->stats.exact_solves++;
     out->stats.exact_nodes += sol.nodes;
     if (sol.bound_us > (*bounds)[k]) (*bounds)[k] = sol.bound_us;

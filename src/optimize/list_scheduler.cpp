@@ -22,7 +22,8 @@ struct Greedy {
   std::vector<double> free_at, last_end, stalled_at;
   Schedule out;
 
-  Greedy(const Problem& p_, const ListRules& r) : p(p_), rules(r), S(p_.num_stages()), M(p_.num_microbatches), D(p_.num_devices) {}
+  Greedy(const Problem& p_, const ListRules& r)
+      : p(p_), rules(r), S(p_.num_stages()), M(p_.num_microbatches), D(p_.num_devices) {}
 
   double hop(int from, int to) const { return p.device_of(from) == p.device_of(to) ? 0 : p.t_comm_us; }
 
@@ -54,8 +55,7 @@ struct Greedy {
       case OpKind::kB:
         b_end[k] = end;
         next_b[op.stage]++;
-        if (rules.w_fills_only)
-          pending_w[d].push_back(W(op.stage, op.microbatch));
+        if (rules.w_fills_only) pending_w[d].push_back(W(op.stage, op.microbatch));
         break;
       case OpKind::kBW:
         b_end[k] = end;
@@ -97,8 +97,7 @@ struct Greedy {
         found_b = true;
       }
       const int jf = next_f[s];
-      if (!found_f && jf < M && consider(f_ready(s, jf)) &&
-          (ignore_limit || live[d] < limit(d))) {
+      if (!found_f && jf < M && consider(f_ready(s, jf)) && (ignore_limit || live[d] < limit(d))) {
         f_op = Op{OpKind::kF, s, jf};
         found_f = true;
       }
@@ -154,7 +153,7 @@ struct Greedy {
           double next;
           if (done(e) || !pick(e, kInf, true, &cand, &next)) continue;
           const double t = std::max(stalled_at[e], cand.kind == OpKind::kF ? f_ready(cand.stage, cand.microbatch)
-                                                                            : b_ready(cand.stage, cand.microbatch));
+                                                                           : b_ready(cand.stage, cand.microbatch));
           if (t < best_t) {
             best = e;
             best_t = t;

@@ -8,8 +8,8 @@
 #include "optimize/race.h"
 #include "optimize/search.h"
 #include "optimize/starts.h"
-#include "optpipe/noise.h"
 #include "optpipe/families.h"
+#include "optpipe/noise.h"
 #include "optpipe/optimize.h"
 #include "optpipe/passes.h"
 #include "optpipe/validate.h"
@@ -99,12 +99,15 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, doubl
   out.timeline = std::move(v.sim.timeline);
   for (const DeviceFigures& f : out.timeline.devices)
     out.needed_budget_bytes.push_back(options.any_timing ? f.worst_peak_bytes : f.peak_bytes);
-  const bool fits = options.any_timing ? fits_any_timing(out.problem, out.timeline) : fits_budget(out.problem, out.timeline);
+  const bool fits =
+      options.any_timing ? fits_any_timing(out.problem, out.timeline) : fits_budget(out.problem, out.timeline);
   out.budget_lower_bound_bytes = budget_lower_bound(out.problem);
   out.lower_bound_us = bound_us;
   const double makespan = out.timeline.makespan_us;
   out.gap = makespan > 0 ? std::max(0.0, (makespan - bound_us) / makespan) : 0;
-  out.outcome = !fits ? Outcome::kInfeasible : makespan <= bound_us * (1 + 1e-12) ? Outcome::kOptimal : Outcome::kFeasible;
+  out.outcome = !fits                                ? Outcome::kInfeasible
+                : makespan <= bound_us * (1 + 1e-12) ? Outcome::kOptimal
+                                                     : Outcome::kFeasible;
 }
 
 }  // namespace
@@ -112,7 +115,8 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, doubl
 OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   OptimizeResult out;
   const Clock::time_point t0 = Clock::now();
-  const NoiseSpec robust{.jitter_sigma = options.robust_sigma, .samples = options.robust_samples, .seed = options.seed + 1};
+  const NoiseSpec robust{
+      .jitter_sigma = options.robust_sigma, .samples = options.robust_samples, .seed = options.seed + 1};
   out.status = check_problem(p);
   if (out.status.ok()) out.status = check_options(options, robust);
   if (!out.status.ok()) return out;
@@ -123,9 +127,11 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // alone outlast the limit by a quarter second, on problems so large that the rest are left out;
   // the greedy starts take at most a quarter of it, the repairs what is left of the first half.
   auto after = [&](double share) {
-    return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s * share));
+    return t0 +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s * share));
   };
-  std::vector<FamilyRun> runs = run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250));
+  std::vector<FamilyRun> runs =
+      run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250));
   if (const FamilyRun* best = fastest_fitting(runs)) {
     out.stats.best_family = best->family->name;
     out.stats.best_family_makespan_us = best->timeline.makespan_us;
@@ -150,9 +156,10 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
                  .num_searches = num_searches,
                  .threads = options.threads,
                  .seed = options.seed,
-                 .budget = options.max_evaluations > 0
-                               ? options.max_evaluations
-                               : std::clamp<int64_t>(static_cast<int64_t>(2e8 / std::max<size_t>(ops, 1)), 2000, 300000),
+                 .budget =
+                     options.max_evaluations > 0
+                         ? options.max_evaluations
+                         : std::clamp<int64_t>(static_cast<int64_t>(2e8 / std::max<size_t>(ops, 1)), 2000, 300000),
                  .until_time = options.max_evaluations == 0 && !options.exact,
                  .t0 = t0,
                  .stop_after_s = options.time_limit_s * kSearchShare,
@@ -171,8 +178,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // What the search's plateau walk left behind and the winner does not need (in the time the
   // search left, or as many simulations as the schedule's size allows when it did not bind).
   Tidied tidied = drop_needless(out.problem, raced.best.best,
-                                std::clamp<int64_t>(static_cast<int64_t>(4e7 / std::max<size_t>(ops, 1)), 100, 5000), after(1),
-                                placements.noise_for(out.problem));
+                                std::clamp<int64_t>(static_cast<int64_t>(4e7 / std::max<size_t>(ops, 1)), 100, 5000),
+                                after(1), placements.noise_for(out.problem));
   out.schedule = std::move(tidied.schedule);
   out.stats.recomputes_dropped = tidied.recomputes_dropped;
   out.stats.offloads_dropped = tidied.offloads_dropped;
@@ -180,8 +187,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   finish(options, after(1.1), placements.bound(), out);
   out.stats.wall_s = seconds_since(t0);
   if (options.progress)
-    options.progress({out.stats.wall_s, out.stats.evaluations, out.outcome != Outcome::kInfeasible ? out.timeline.makespan_us : 0,
-                      out.lower_bound_us});
+    options.progress({out.stats.wall_s, out.stats.evaluations,
+                      out.outcome != Outcome::kInfeasible ? out.timeline.makespan_us : 0, out.lower_bound_us});
   return out;
 }
 

@@ -49,9 +49,10 @@ SearchResult run_races(const RaceSetup& setup, int k, SearchShared& shared, int*
     for (int round = 0; round < rounds && !shared.stop; round++) {
       for (Racer* r : field) {
         const Problem& sp = starts[r->start].built.problem;
-        SearchResult more = local_search(sp, r->result.best,
-                                         seed + static_cast<uint64_t>(r->start) * 31 + race * 7 + static_cast<uint64_t>(round),
-                                         slice, shared, setup.noise_for(sp));
+        SearchResult more =
+            local_search(sp, r->result.best,
+                         seed + static_cast<uint64_t>(r->start) * 31 + race * 7 + static_cast<uint64_t>(round), slice,
+                         shared, setup.noise_for(sp));
         evaluations += more.evaluations;
         improvements += more.improvements;
         if (more.best_score < r->result.best_score) r->result = std::move(more);

@@ -6,8 +6,8 @@
 #include <unordered_map>
 
 #include "optpipe/any_timing.h"
-#include "optpipe/passes.h"
 #include "optpipe/noise.h"
+#include "optpipe/passes.h"
 #include "optpipe/simulate.h"
 
 namespace optpipe {
@@ -15,7 +15,8 @@ namespace optpipe {
 Score score_of(const Problem& p, const Timeline& t) {
   Score out;
   for (int d = 0; d < p.num_devices; d++) {
-    out.overflow_bytes += static_cast<double>(std::max<int64_t>(0, t.devices[d].peak_bytes - p.devices[d].mem_budget_bytes));
+    out.overflow_bytes +=
+        static_cast<double>(std::max<int64_t>(0, t.devices[d].peak_bytes - p.devices[d].mem_budget_bytes));
     out.sum_end_us += t.devices[d].last_end_us;
   }
   out.makespan_us = t.makespan_us;
@@ -40,7 +41,6 @@ bool score_schedule(const Problem& p, const Schedule& s, Score* out, const Noise
   }
   return true;
 }
-
 
 namespace {
 
@@ -175,13 +175,13 @@ class Mover {
 
 }  // namespace
 
-
 namespace {
 
 void publish_fitting(SearchShared& shared, const Score& s) {
   if (s.overflow_bytes > 0) return;
   double seen = shared.best_fitting_makespan_us.load();
-  while ((seen == 0 || s.makespan_us < seen) && !shared.best_fitting_makespan_us.compare_exchange_weak(seen, s.makespan_us)) {
+  while ((seen == 0 || s.makespan_us < seen) &&
+         !shared.best_fitting_makespan_us.compare_exchange_weak(seen, s.makespan_us)) {
   }
 }
 

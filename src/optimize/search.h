@@ -31,7 +31,6 @@ struct Score {
   bool operator<=(const Score& o) const { return !(o < *this); }
 };
 
-
 // The nominal score of a schedule already simulated (its timeline's figures).
 Score score_of(const Problem& p, const Timeline& t);
 
@@ -47,8 +46,6 @@ struct [[nodiscard]] SearchResult {
   int64_t improvements = 0;
 };
 
-
-
 // What a running search shares with whoever watches it.
 struct SearchShared {
   std::atomic<bool> stop{false};
@@ -60,6 +57,5 @@ struct SearchShared {
 // set. Deterministic for a given seed when not stopped early.
 SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
                           SearchShared& shared, const NoiseSamples* noise = nullptr);
-
 
 }  // namespace optpipe

@@ -32,7 +32,8 @@ void add_start(const std::string& name, FamilySchedule built, Clock::time_point 
     Schedule offloaded = add_offloads(built.problem, built.schedule, lead);
     Score os;
     if (score_schedule(built.problem, offloaded, &os) && os < sc)
-      starts->push_back({name + " +offload" + (lead == 2 ? "" : "(lead 4)"), {built.problem, std::move(offloaded)}, os});
+      starts->push_back(
+          {name + " +offload" + (lead == 2 ? "" : "(lead 4)"), {built.problem, std::move(offloaded)}, os});
   }
   starts->push_back({name, std::move(built), sc});
 }
@@ -49,7 +50,8 @@ void add_greedy_starts(const Problem& p, Clock::time_point deadline, bool* out_o
   };
   std::vector<Placed> placed;
   size_t most_limits = 0;
-  for (const auto& [placement, v] : {std::pair{Placement::kLinear, 1}, {Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
+  for (const auto& [placement, v] :
+       {std::pair{Placement::kLinear, 1}, {Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
     Placed pl{placement, v, rechunk(p, placement, v), {}};
     if (!pl.problem.ok()) continue;
     const int most = std::min(p.num_microbatches * v, 2 * p.num_devices * v);
@@ -94,9 +96,8 @@ void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vec
   std::vector<size_t> over;
   for (size_t i = 0; i < starts->size(); i++)
     if ((*starts)[i].score.overflow_bytes > 0) over.push_back(i);
-  std::stable_sort(over.begin(), over.end(), [&](size_t a, size_t b) {
-    return (*starts)[a].score.makespan_us < (*starts)[b].score.makespan_us;
-  });
+  std::stable_sort(over.begin(), over.end(),
+                   [&](size_t a, size_t b) { return (*starts)[a].score.makespan_us < (*starts)[b].score.makespan_us; });
   for (size_t i : over) {
     if (Clock::now() > deadline) {
       *out_of_time = true;
@@ -111,7 +112,8 @@ void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vec
     if (has_offloads(to_repair[0].built.schedule) && to_repair[0].built.schedule.num_ops() <= kLargeScheduleOps) {
       Start settled{to_repair[0].name + " +settle", to_repair[0].built, {}};
       const bool fits = settle_transfers(settled.built.problem, kSettleRounds, &settled.built.schedule);
-      if (score_schedule(settled.built.problem, settled.built.schedule, &settled.score) && settled.score < to_repair[0].score)
+      if (score_schedule(settled.built.problem, settled.built.schedule, &settled.score) &&
+          settled.score < to_repair[0].score)
         (fits ? *starts : to_repair).push_back(std::move(settled));
     }
     for (const Start& st : to_repair) {
@@ -120,7 +122,8 @@ void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vec
       // in the time limit (D=32, M=256: ~90% of 10 s); there every overflow is fixed per round.
       const bool every_overflow = st.built.schedule.num_ops() > kLargeScheduleOps;
       Start repaired{st.name + " +repair",
-                     {st.built.problem, repair_memory(st.built.problem, st.built.schedule, max_rounds, every_overflow, deadline)},
+                     {st.built.problem,
+                      repair_memory(st.built.problem, st.built.schedule, max_rounds, every_overflow, deadline)},
                      {}};
       if (score_schedule(repaired.built.problem, repaired.built.schedule, &repaired.score) && repaired.score < st.score)
         starts->push_back(std::move(repaired));

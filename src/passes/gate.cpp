@@ -48,8 +48,8 @@ class DeviceGater {
   void gate_reloads(Gated* out) {
     const DeviceOrders before = orders();
     const int num_events = before.num_compute_events();
-    int e = 0;           // compute events nominally before the current reload (all at equal times)
-    int offloads = 0;    // offloads nominally ended by then
+    int e = 0;         // compute events nominally before the current reload (all at equal times)
+    int offloads = 0;  // offloads nominally ended by then
     int added_compute = 0;
     for (int j = 1; j <= before.num_reloads(); j++) {
       ReloadEntry& r = ds_.reloads[j - 1];
@@ -100,7 +100,8 @@ class DeviceGater {
         OPTPIPE_CHECK(probe.step().ok(), "gated orders hold");
         bool over = probe.forced_offloads() < offloads && probe.bytes() > budget;
         // ... or at any moment up to the next allocation.
-        for (int e = 2 * k + 1; !over && probe.forced_offloads() < offloads && e < 2 * n && !(e % 2 == 0 && o.delta[e] > 0); e++) {
+        for (int e = 2 * k + 1;
+             !over && probe.forced_offloads() < offloads && e < 2 * n && !(e % 2 == 0 && o.delta[e] > 0); e++) {
           OPTPIPE_CHECK(probe.step().ok(), "gated orders hold");
           over = probe.bytes() > budget;
         }
@@ -120,7 +121,8 @@ class DeviceGater {
     for (int k = 0; k < n; k++) {
       for (; next < waits.size() && waits[next].first == k; next++) compute.push_back(waits[next].second);
       const Op& op = ds_.compute[k];
-      if (op.kind == OpKind::kWait && std::any_of(waits.begin(), waits.begin() + next, [&](const auto& w) { return w.second == op; }))
+      if (op.kind == OpKind::kWait &&
+          std::any_of(waits.begin(), waits.begin() + next, [&](const auto& w) { return w.second == op; }))
         continue;
       compute.push_back(op);
     }

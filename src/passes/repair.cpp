@@ -13,8 +13,8 @@
 #include <queue>
 
 #include "optimize/search.h"
-#include "optpipe/simulate.h"
 #include "optpipe/passes.h"
+#include "optpipe/simulate.h"
 
 namespace optpipe {
 

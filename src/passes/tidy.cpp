@@ -19,7 +19,8 @@ Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluation
     change(cand.devices[d]);
     Score sc;
     evaluations++;
-    if (!score_schedule(p, cand, &sc, noise) || sc.overflow_bytes > cur.overflow_bytes || sc.makespan_us > cur.makespan_us)
+    if (!score_schedule(p, cand, &sc, noise) || sc.overflow_bytes > cur.overflow_bytes ||
+        sc.makespan_us > cur.makespan_us)
       return false;
     cur = sc;
     out.schedule = std::move(cand);

@@ -69,7 +69,8 @@ Status bad(const std::string& field, const std::string& rule, const std::string&
 }
 
 Status check_time(const std::string& field, double v) {
-  if (!std::isfinite(v) || v < 0 || v > kMaxTimeUs) return bad(field, "must be a finite number of µs in [0, 1e12]", num(v));
+  if (!std::isfinite(v) || v < 0 || v > kMaxTimeUs)
+    return bad(field, "must be a finite number of µs in [0, 1e12]", num(v));
   return Status::Ok();
 }
 
@@ -94,8 +95,9 @@ Status check_problem(const Problem& p) {
     return bad("chunks_per_device", "must be 2 with placement \"vshape\"", std::to_string(p.chunks_per_device));
   const long ids = static_cast<long>(kNumOpKinds) * p.num_stages() * p.num_microbatches;
   if (ids > kMaxOpIds)
-    return Status::Invalid("problem too large: " + std::to_string(kNumOpKinds) + " op kinds × stages × microbatches = " +
-                           std::to_string(ids) + " exceeds " + std::to_string(kMaxOpIds));
+    return Status::Invalid("problem too large: " + std::to_string(kNumOpKinds) +
+                           " op kinds × stages × microbatches = " + std::to_string(ids) + " exceeds " +
+                           std::to_string(kMaxOpIds));
   Status st;
   if (!(st = check_time("t_comm_us", p.t_comm_us)).ok()) return st;
 
@@ -120,7 +122,9 @@ Status check_problem(const Problem& p) {
     if (g.act_b_bytes > 0) return bad(f + "act_b_bytes", "must be ≤ 0 (B frees memory)", std::to_string(g.act_b_bytes));
     if (g.act_w_bytes > 0) return bad(f + "act_w_bytes", "must be ≤ 0 (W frees memory)", std::to_string(g.act_w_bytes));
     const int64_t sum = g.act_f_bytes + g.act_b_bytes + g.act_w_bytes;
-    if (sum != 0) return bad(f + "act_b_bytes", "act_f_bytes + act_b_bytes + act_w_bytes must be 0", "a sum of " + std::to_string(sum));
+    if (sum != 0)
+      return bad(f + "act_b_bytes", "act_f_bytes + act_b_bytes + act_w_bytes must be 0",
+                 "a sum of " + std::to_string(sum));
     if (g.act_input_bytes > g.act_f_bytes)
       return bad(f + "act_input_bytes", "must not exceed act_f_bytes (" + std::to_string(g.act_f_bytes) + ")",
                  std::to_string(g.act_input_bytes));
@@ -142,8 +146,10 @@ Status check_problem(const Problem& p) {
   double total = 0;
   for (const DeviceSpec& dev : p.devices) total += static_cast<double>(dev.static_bytes);
   for (const StageSpec& g : p.stages)
-    total += static_cast<double>(p.num_microbatches) * static_cast<double>(g.act_f_bytes + g.ws_f_bytes + g.ws_b_bytes + g.ws_w_bytes);
-  if (total > 0x1p62) return Status::Invalid("problem too large: its bytes (static + activations × microbatches) exceed 2^62");
+    total += static_cast<double>(p.num_microbatches) *
+             static_cast<double>(g.act_f_bytes + g.ws_f_bytes + g.ws_b_bytes + g.ws_w_bytes);
+  if (total > 0x1p62)
+    return Status::Invalid("problem too large: its bytes (static + activations × microbatches) exceed 2^62");
   const HostLinkSpec& h = p.host_link;
   if (!std::isfinite(h.d2h_gb_per_s) || h.d2h_gb_per_s <= 0 || h.d2h_gb_per_s > 1e6)
     return bad("host_link.d2h_gb_per_s", "must be in (0, 1e6]", num(h.d2h_gb_per_s));
@@ -155,11 +161,15 @@ Status check_problem(const Problem& p) {
   for (int s = 0; s < S; s++) {
     const double off = p.offload_us(s), rel = p.reload_us(s);
     if (!(std::isfinite(off) && off <= kMaxTimeUs))
-      return bad("host_link.d2h_gb_per_s", "too slow: offloading stages[" + std::to_string(s) + "]'s " +
-                 std::to_string(p.stages[s].act_f_bytes) + " bytes would take more than 1e12 µs", num(h.d2h_gb_per_s));
+      return bad("host_link.d2h_gb_per_s",
+                 "too slow: offloading stages[" + std::to_string(s) + "]'s " + std::to_string(p.stages[s].act_f_bytes) +
+                     " bytes would take more than 1e12 µs",
+                 num(h.d2h_gb_per_s));
     if (!(std::isfinite(rel) && rel <= kMaxTimeUs))
-      return bad("host_link.h2d_gb_per_s", "too slow: reloading stages[" + std::to_string(s) + "]'s " +
-                 std::to_string(p.stages[s].act_f_bytes) + " bytes would take more than 1e12 µs", num(h.h2d_gb_per_s));
+      return bad("host_link.h2d_gb_per_s",
+                 "too slow: reloading stages[" + std::to_string(s) + "]'s " + std::to_string(p.stages[s].act_f_bytes) +
+                     " bytes would take more than 1e12 µs",
+                 num(h.h2d_gb_per_s));
   }
   return Status::Ok();
 }
@@ -211,9 +221,9 @@ Problem default_problem() {
 Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_device) {
   if (chunks_per_device < 1 || chunks_per_device > 64 || (placement == Placement::kLinear && chunks_per_device != 1) ||
       (placement == Placement::kVShape && chunks_per_device != 2))
-    return Result<Problem>::Error(Status::Invalid(std::string("cannot re-cut for placement ") + placement_name(placement) +
-                                                  " with " + std::to_string(chunks_per_device) +
-                                                  " chunk(s) per device (linear: 1, vshape: 2, interleaved: 1 to 64)"));
+    return Result<Problem>::Error(Status::Invalid(
+        std::string("cannot re-cut for placement ") + placement_name(placement) + " with " +
+        std::to_string(chunks_per_device) + " chunk(s) per device (linear: 1, vshape: 2, interleaved: 1 to 64)"));
   Problem q = p;
   q.placement = placement;
   q.chunks_per_device = chunks_per_device;

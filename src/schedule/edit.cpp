@@ -32,12 +32,14 @@ void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor) {
   while (at < ds.offloads.size() && f_at.at(key(ds.offloads[at].stage, ds.offloads[at].microbatch)) < f) at++;
   ds.offloads.insert(ds.offloads.begin() + at, Op{OpKind::kOffload, stage, microbatch});
   at = 0;
-  while (at < ds.reloads.size() && b_at.at(key(ds.reloads[at].reload.stage, ds.reloads[at].reload.microbatch)) < b) at++;
+  while (at < ds.reloads.size() && b_at.at(key(ds.reloads[at].reload.stage, ds.reloads[at].reload.microbatch)) < b)
+    at++;
   ds.reloads.insert(ds.reloads.begin() + at, {Op{OpKind::kReload, stage, microbatch}, ds.compute[anchor]});
 }
 
 void remove_offload(DeviceSchedule& ds, int stage, int microbatch) {
-  if (const int w = find_op(ds.compute, Op{OpKind::kWait, stage, microbatch}); w >= 0) ds.compute.erase(ds.compute.begin() + w);
+  if (const int w = find_op(ds.compute, Op{OpKind::kWait, stage, microbatch}); w >= 0)
+    ds.compute.erase(ds.compute.begin() + w);
   const Op offload{OpKind::kOffload, stage, microbatch};
   if (const int o = find_op(ds.offloads, offload); o >= 0) ds.offloads.erase(ds.offloads.begin() + o);
   for (size_t k = 0; k < ds.reloads.size(); k++)
@@ -45,8 +47,7 @@ void remove_offload(DeviceSchedule& ds, int stage, int microbatch) {
       ds.reloads.erase(ds.reloads.begin() + k);
       break;
     }
-  for (ReloadEntry& r : ds.reloads)
-    std::erase(r.after, offload);
+  for (ReloadEntry& r : ds.reloads) std::erase(r.after, offload);
 }
 
 }  // namespace optpipe

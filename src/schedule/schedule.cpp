@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <cstring>
 
-
 namespace optpipe {
 
 static const char* const kKindNames[kNumOpKinds] = {"F", "B", "W", "BW", "R", "OFFLOAD", "RELOAD", "WAIT"};

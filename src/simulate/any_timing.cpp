@@ -184,7 +184,8 @@ Result<std::vector<WorstCase>> worst_case_peaks(const Problem& p, const Schedule
     int last_started = -1;  // the last compute op other than a WAIT whose start is in the prefix
     while (sweep.prefix() < orders.num_compute_events()) {
       const int e = sweep.prefix();
-      if (Status st = sweep.step(); !st.ok()) return R::Error(Status::Invalid("device " + std::to_string(d) + ": " + st.message));
+      if (Status st = sweep.step(); !st.ok())
+        return R::Error(Status::Invalid("device " + std::to_string(d) + ": " + st.message));
       if (e % 2 == 0 && compute[e / 2].kind != OpKind::kWait) last_started = e / 2;
       if (sweep.bytes() > w.peak_bytes) {
         w.peak_bytes = sweep.bytes();

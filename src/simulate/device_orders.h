@@ -18,9 +18,9 @@ namespace optpipe {
 
 // Lookups shared by every device of one schedule, sized once.
 struct OrderLookups {
-  std::vector<int> compute_pos;  // by op id: position in its device's compute list, −1 if absent
-  std::vector<int> offload_pos;  // by stage·M + mb: 1-based position on its device's offload list, 0 if none
-  std::vector<int> reload_pos;   // by stage·M + mb: 1-based position on its device's reload list, 0 if none
+  std::vector<int> compute_pos;     // by op id: position in its device's compute list, −1 if absent
+  std::vector<int> offload_pos;     // by stage·M + mb: 1-based position on its device's offload list, 0 if none
+  std::vector<int> reload_pos;      // by stage·M + mb: 1-based position on its device's reload list, 0 if none
   std::vector<uint8_t> recomputed;  // by stage·M + mb: R(s,i) is on the schedule
 
   explicit OrderLookups(const Problem& p, const Schedule& s);
@@ -51,8 +51,7 @@ struct DeviceOrders {
 
 // InvalidInput when a reload has no offload, a WAIT's offload or an offload's forward is missing,
 // or an anchor or `after` is not on the device's compute list.
-Status build_device_orders(const Problem& p, const Schedule& s, int device, const OrderLookups& at,
-                           DeviceOrders* out);
+Status build_device_orders(const Problem& p, const Schedule& s, int device, const OrderLookups& at, DeviceOrders* out);
 
 // The heaviest state closed under "must happen before", at growing compute prefixes. Offloads
 // forced from outside (a WAIT the gating pass is about to insert) can be added as it goes.

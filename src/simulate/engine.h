@@ -21,8 +21,7 @@ inline int64_t delta_of(const Problem& p, const Op& op, bool at_start, bool reco
     case OpKind::kF:
       if (at_start) return st.act_f_bytes + st.ws_f_bytes;
       return -st.ws_f_bytes - (recomputed ? st.act_f_bytes - st.act_input_bytes : 0);
-    case OpKind::kR:
-      return at_start ? st.act_f_bytes - st.act_input_bytes + st.ws_f_bytes : -st.ws_f_bytes;
+    case OpKind::kR: return at_start ? st.act_f_bytes - st.act_input_bytes + st.ws_f_bytes : -st.ws_f_bytes;
     case OpKind::kB: return at_start ? st.ws_b_bytes : st.act_b_bytes - st.ws_b_bytes;
     case OpKind::kW: return at_start ? st.ws_w_bytes : st.act_w_bytes - st.ws_w_bytes;
     case OpKind::kBW: {
@@ -36,7 +35,6 @@ inline int64_t delta_of(const Problem& p, const Op& op, bool at_start, bool reco
   return 0;
 }
 
-
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 struct Queue {
@@ -44,7 +42,7 @@ struct Queue {
   int head = 0;            // index of the next op to place
   int resource = 0;        // index into Sim::resource_free_us
   int device = 0;
-  bool shared = false;      // resource serves several devices' queues
+  bool shared = false;  // resource serves several devices' queues
   bool in_worklist = false;
   double candidate_ready_us = kNaN;  // shared queues: ready time of a head waiting for its turn
 };
@@ -66,7 +64,9 @@ class Sim {
   void advance(int q);
   bool place_next_shared();
   void place_gated(bool* out_of_memory);
-  bool recomputed(const Op& op) const { return op.kind == OpKind::kF && present_[id(OpKind::kR, op.stage, op.microbatch)]; }
+  bool recomputed(const Op& op) const {
+    return op.kind == OpKind::kF && present_[id(OpKind::kR, op.stage, op.microbatch)];
+  }
   void compute_figures(const SimOptions& options, Timeline* t) const;
   void device_times(int d, DeviceFigures* f) const;
   void memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve) const;
@@ -87,8 +87,8 @@ class Sim {
   const std::vector<double>* factors_ = nullptr;
   int S_ = 0, M_ = 0, D_ = 0;
   std::vector<uint8_t> present_;
-  std::vector<uint8_t> is_anchor_;  // by op id: a reload's anchor or `after`, so it wakes the reloads
-  std::vector<int> anchor_of_;  // by stage·M + mb: the anchor op id of that reload
+  std::vector<uint8_t> is_anchor_;                // by op id: a reload's anchor or `after`, so it wakes the reloads
+  std::vector<int> anchor_of_;                    // by stage·M + mb: the anchor op id of that reload
   std::vector<std::pair<int, int>> after_range_;  // by stage·M + mb: that reload's range in after_ids_
   std::vector<int> after_ids_;                    // the op ids reloads wait for, reload by reload
   std::vector<double> start_, end_;

@@ -16,6 +16,8 @@ bool within_budgets(const Problem& p, const Timeline& t, int64_t DeviceFigures::
 
 bool fits_budget(const Problem& p, const Timeline& t) { return within_budgets(p, t, &DeviceFigures::peak_bytes); }
 
-bool fits_any_timing(const Problem& p, const Timeline& t) { return within_budgets(p, t, &DeviceFigures::worst_peak_bytes); }
+bool fits_any_timing(const Problem& p, const Timeline& t) {
+  return within_budgets(p, t, &DeviceFigures::worst_peak_bytes);
+}
 
 }  // namespace optpipe

@@ -14,7 +14,8 @@ Status check_noise_spec(const NoiseSpec& spec) {
   if (!(spec.jitter_sigma >= 0 && spec.jitter_sigma <= 2))
     return Status::Invalid("noise: the jitter sigma must be in [0, 2], got " + std::to_string(spec.jitter_sigma));
   if (!(spec.profile_sigma >= 0 && spec.profile_sigma <= 2))
-    return Status::Invalid("noise: the profile-error sigma must be in [0, 2], got " + std::to_string(spec.profile_sigma));
+    return Status::Invalid("noise: the profile-error sigma must be in [0, 2], got " +
+                           std::to_string(spec.profile_sigma));
   if (spec.samples < 1 || spec.samples > 1000000)
     return Status::Invalid("noise: samples must be in [1, 1000000], got " + std::to_string(spec.samples));
   return Status::Ok();
@@ -74,10 +75,11 @@ void NoiseSampler::draw(int sample, std::vector<double>* factors) const {
       const int link = p_.devices[p_.device_of(s)].host_link;
       const double common = kind == static_cast<int>(OpKind::kOffload)  ? link_factor[2 * link]
                             : kind == static_cast<int>(OpKind::kReload) ? link_factor[2 * link + 1]
-                                                                         : stage_factor[s];
+                                                                        : stage_factor[s];
       for (int i = 0; i < M; i++) {
         double& f = (*factors)[op_id(S, M, Op{static_cast<OpKind>(kind), s, i})];
-        f = kind == static_cast<int>(OpKind::kWait) ? 1.0 : common * lognormal(spec_.jitter_sigma);  // a WAIT takes no time
+        f = kind == static_cast<int>(OpKind::kWait) ? 1.0
+                                                    : common * lognormal(spec_.jitter_sigma);  // a WAIT takes no time
       }
     }
 }
@@ -123,7 +125,8 @@ Result<NoiseReport> evaluate_noise(const Problem& p, const Schedule& s, const No
   }
   double sum = 0;
   for (double m : makespans) sum += m;
-  out.mean_makespan_us = makespans.empty() ? std::numeric_limits<double>::quiet_NaN() : sum / static_cast<double>(makespans.size());
+  out.mean_makespan_us =
+      makespans.empty() ? std::numeric_limits<double>::quiet_NaN() : sum / static_cast<double>(makespans.size());
   out.p50_makespan_us = quantile(makespans, 0.5);
   out.p95_makespan_us = quantile(makespans, 0.95);
   return Result<NoiseReport>::Of(std::move(out));

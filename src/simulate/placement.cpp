@@ -13,7 +13,10 @@ double Sim::ready_time(int i) const {
   double ready = 0;  // time starts at 0
   auto after = [&](int dep, double latency_us) {
     if (std::isnan(ready)) return;
-    if (!placed(dep)) { ready = kNaN; return; }
+    if (!placed(dep)) {
+      ready = kNaN;
+      return;
+    }
     ready = std::max(ready, end_[dep] + latency_us);
   };
   auto hop = [&](int other_stage) { return stage_device_[other_stage] == dev ? 0.0 : p_->t_comm_us; };
@@ -111,7 +114,8 @@ bool Sim::place_next_shared() {
     shared_heads_.pop_back();
     const Queue& qu = queues_[top.queue];
     if (std::isnan(qu.candidate_ready_us)) continue;  // placed since
-    const SharedHead now{std::max(qu.candidate_ready_us, resource_free_us_[qu.resource]), qu.candidate_ready_us, top.queue};
+    const SharedHead now{std::max(qu.candidate_ready_us, resource_free_us_[qu.resource]), qu.candidate_ready_us,
+                         top.queue};
     if (now.start_us != top.start_us || now.ready_us != top.ready_us) {
       push_shared(now);
       continue;

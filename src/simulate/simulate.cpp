@@ -97,11 +97,11 @@ Status Sim::add_reload(int d, const ReloadEntry& r) {
   if (Status st = add_op(d, r.reload, OpKind::kReload, "reloads"); !st.ok()) return st;
   const Op& a = r.anchor;
   if (!is_compute(a.kind) || a.stage < 0 || a.stage >= S_ || a.microbatch < 0 || a.microbatch >= M_)
-    return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) +
-                           " has an invalid anchor " + op_name(a));
+    return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) + " has an invalid anchor " +
+                           op_name(a));
   if (p_->device_of(a.stage) != d)
-    return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) +
-                           " is anchored to " + op_name(a) + " on another device");
+    return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) + " is anchored to " +
+                           op_name(a) + " on another device");
   int a_id = op_id(S_, M_, a);
   anchor_of_[r.reload.stage * M_ + r.reload.microbatch] = a_id;
   const int after_begin = static_cast<int>(after_ids_.size());
@@ -151,7 +151,8 @@ SimResult Sim::run(const Problem& p, const Schedule& s, const SimOptions& option
   }
 
   if (num_placed_ != num_ops_) {
-    std::string msg = r.out_of_memory ? "stuck: no free can make room; blocked:" : "deadlock: no op can start; blocked:";
+    std::string msg =
+        r.out_of_memory ? "stuck: no free can make room; blocked:" : "deadlock: no op can start; blocked:";
     for (const Queue& qu : queues_) {
       if (qu.head == qu.end - qu.begin) continue;
       Op op = op_from_id(*p_, queue_ops_[qu.begin + qu.head]);

@@ -41,13 +41,15 @@ struct Checker {
       return;
     }
     if (op.stage < 0 || op.stage >= S || op.microbatch < 0 || op.microbatch >= M) {
-      report(d, &op, dev(d) + ": " + op_name(op) + " is out of range (" + std::to_string(S) + " stages, " +
-                         std::to_string(M) + " microbatches)");
+      report(d, &op,
+             dev(d) + ": " + op_name(op) + " is out of range (" + std::to_string(S) + " stages, " + std::to_string(M) +
+                 " microbatches)");
       return;
     }
     if (p.device_of(op.stage) != d) {
-      report(d, &op, dev(d) + ": " + op_name(op) + " runs stage " + std::to_string(op.stage) + ", which lives on " +
-                         dev(p.device_of(op.stage)));
+      report(d, &op,
+             dev(d) + ": " + op_name(op) + " runs stage " + std::to_string(op.stage) + ", which lives on " +
+                 dev(p.device_of(op.stage)));
       return;
     }
     const int i = op_id(S, M, op);
@@ -91,8 +93,7 @@ struct Checker {
         if (!bw && !b && !w) missing(OpKind::kBW, " (or B and W)");
         if (!bw && b && !w) missing(OpKind::kW, " (its B is there)");
         if (!bw && !b && w) missing(OpKind::kB, " (its W is there)");
-        const bool r = has(OpKind::kR, st, mb), off = has(OpKind::kOffload, st, mb),
-                   rel = has(OpKind::kReload, st, mb);
+        const bool r = has(OpKind::kR, st, mb), off = has(OpKind::kOffload, st, mb), rel = has(OpKind::kReload, st, mb);
         if (r && off) extra(OpKind::kR, ": the activation is offloaded, not recomputed");
         if (off && !rel) missing(OpKind::kReload, " (its offload is there)");
         if (rel && !off) missing(OpKind::kOffload, " (its reload is there)");
@@ -112,8 +113,9 @@ struct Checker {
           if (st < 0 || st >= S) return;
           const int j = id(k, st, op.microbatch);
           if (device_of_id[j] == d && position[j] > position[i])
-            report(d, &op, dev(d) + ": " + op_name(op) + " comes before " + op_name(Op{k, st, op.microbatch}) +
-                               ", which it needs");
+            report(d, &op,
+                   dev(d) + ": " + op_name(op) + " comes before " + op_name(Op{k, st, op.microbatch}) +
+                       ", which it needs");
         };
         switch (op.kind) {
           case OpKind::kF: need(OpKind::kF, op.stage - 1); break;
@@ -142,25 +144,28 @@ struct Checker {
         const bool in_range = a.stage >= 0 && a.stage < S && a.microbatch >= 0 && a.microbatch < M;
         const int ai = in_range ? op_id(S, M, a) : -1;
         if (!is_compute(a.kind) || ai < 0 || device_of_id[ai] != d) {
-          report(d, &op, dev(d) + ": " + op_name(op) + " is anchored to " + op_name(a) + ", which " + dev(d) +
-                             " does not run");
+          report(d, &op,
+                 dev(d) + ": " + op_name(op) + " is anchored to " + op_name(a) + ", which " + dev(d) + " does not run");
           continue;
         }
         const int b = has(OpKind::kB, op.stage, op.microbatch) ? id(OpKind::kB, op.stage, op.microbatch)
                                                                : id(OpKind::kBW, op.stage, op.microbatch);
         if (device_of_id[b] == d && position[ai] >= position[b])
-          report(d, &op, dev(d) + ": " + op_name(op) + " is anchored to " + op_name(a) +
-                             ", which does not come before " + op_name(op_from_id(p, b)) + " that waits for it");
+          report(d, &op,
+                 dev(d) + ": " + op_name(op) + " is anchored to " + op_name(a) + ", which does not come before " +
+                     op_name(op_from_id(p, b)) + " that waits for it");
         for (const Op& x : r.after) {
           const bool kind_ok = x.kind == OpKind::kOffload || is_compute(x.kind);
           const bool ok = kind_ok && x.stage >= 0 && x.stage < S && x.microbatch >= 0 && x.microbatch < M &&
                           device_of_id[op_id(S, M, x)] == d;
           if (!ok)
-            report(d, &op, dev(d) + ": " + op_name(op) + " waits for " + op_name(x) + ", which is not a compute op or offload " +
-                               dev(d) + " runs");
+            report(d, &op,
+                   dev(d) + ": " + op_name(op) + " waits for " + op_name(x) +
+                       ", which is not a compute op or offload " + dev(d) + " runs");
           else if (is_compute(x.kind) && device_of_id[b] == d && position[op_id(S, M, x)] >= position[b])
-            report(d, &op, dev(d) + ": " + op_name(op) + " waits for " + op_name(x) + ", which does not come before " +
-                               op_name(op_from_id(p, b)) + " that waits for it");
+            report(d, &op,
+                   dev(d) + ": " + op_name(op) + " waits for " + op_name(x) + ", which does not come before " +
+                       op_name(op_from_id(p, b)) + " that waits for it");
         }
       }
     }
@@ -184,15 +189,17 @@ Validation validate(const Problem& p, const Schedule& s, const ValidateOptions& 
     return v;
   }
   if (static_cast<int>(s.devices.size()) != p.num_devices) {
-    c.report(-1, nullptr, "schedule has " + std::to_string(s.devices.size()) + " devices, the problem has " +
-                              std::to_string(p.num_devices));
+    c.report(-1, nullptr,
+             "schedule has " + std::to_string(s.devices.size()) + " devices, the problem has " +
+                 std::to_string(p.num_devices));
     v.issues = std::move(c.issues);
     return v;
   }
   if (s.placement != p.placement || s.chunks_per_device != p.chunks_per_device) {
-    c.report(-1, nullptr, std::string("schedule is for placement ") + placement_name(s.placement) + " with " +
-                              std::to_string(s.chunks_per_device) + " chunk(s) per device, the problem is " +
-                              placement_name(p.placement) + " with " + std::to_string(p.chunks_per_device));
+    c.report(-1, nullptr,
+             std::string("schedule is for placement ") + placement_name(s.placement) + " with " +
+                 std::to_string(s.chunks_per_device) + " chunk(s) per device, the problem is " +
+                 placement_name(p.placement) + " with " + std::to_string(p.chunks_per_device));
     v.issues = std::move(c.issues);
     return v;
   }
@@ -209,8 +216,9 @@ Validation validate(const Problem& p, const Schedule& s, const ValidateOptions& 
   if (!v.sim.ok()) {
     for (const Op& op : v.sim.stuck) {
       const int d = p.device_of(op.stage);
-      c.report(d, &op, "deadlock: device " + std::to_string(d) + " waits to run " + op_name(op) +
-                           ", whose inputs never arrive");
+      c.report(d, &op,
+               "deadlock: device " + std::to_string(d) + " waits to run " + op_name(op) +
+                   ", whose inputs never arrive");
     }
     if (v.sim.stuck.empty()) c.report(-1, nullptr, v.sim.status.message);
   } else if (options.check_memory_budget) {
@@ -218,13 +226,14 @@ Validation validate(const Problem& p, const Schedule& s, const ValidateOptions& 
       const DeviceFigures& f = v.sim.timeline.devices[d];
       const int64_t budget = p.devices[d].mem_budget_bytes;
       if (p.devices[d].static_bytes > budget)
-        c.report(d, nullptr, "device " + std::to_string(d) + ": static memory alone (" +
-                                 format_bytes(p.devices[d].static_bytes) + ") exceeds its budget of " +
-                                 format_bytes(budget));
+        c.report(d, nullptr,
+                 "device " + std::to_string(d) + ": static memory alone (" + format_bytes(p.devices[d].static_bytes) +
+                     ") exceeds its budget of " + format_bytes(budget));
       else if (f.peak_bytes > budget)
-        c.report(d, &f.peak_op, "device " + std::to_string(d) + ": memory peaks at " + format_bytes(f.peak_bytes) +
-                                    " when " + op_name(f.peak_op) + " runs, over its budget of " +
-                                    format_bytes(budget) + " by " + format_bytes(f.peak_bytes - budget));
+        c.report(d, &f.peak_op,
+                 "device " + std::to_string(d) + ": memory peaks at " + format_bytes(f.peak_bytes) + " when " +
+                     op_name(f.peak_op) + " runs, over its budget of " + format_bytes(budget) + " by " +
+                     format_bytes(f.peak_bytes - budget));
       else if (options.check_any_timing && options.sim.any_timing && f.worst_peak_bytes > budget)
         c.report(d, &f.worst_peak_op,
                  "device " + std::to_string(d) + ": fits at the profile's timings, but if offloads run late or " +
