@@ -13,6 +13,7 @@ namespace {
 struct ExportArgs {
   std::string problem_path, schedule_path, family, format = "json", out_path;
   int chunks = 0;
+  bool drop_memory_ops = false;
 };
 
 int run_export(const ExportArgs& a) {
@@ -33,7 +34,19 @@ int run_export(const ExportArgs& a) {
     text = schedule_svg(p, s, t.value, what);
   } else {  // csv
     CsvExport csv = pytorch_csv(s);
+    if (csv.memory_ops_dropped > 0 && !a.drop_memory_ops) {
+      std::string named;
+      for (const std::string& op : csv.dropped) named += (named.empty() ? "" : ", ") + op;
+      if (csv.memory_ops_dropped > static_cast<int>(csv.dropped.size()))
+        named += " and " + std::to_string(csv.memory_ops_dropped - static_cast<int>(csv.dropped.size())) + " more";
+      return fail(Status::Invalid(what + ": PyTorch's CSV cannot express its " +
+                                  std::to_string(csv.memory_ops_dropped) + " recompute/offload op(s) (" + named +
+                                  "), and without them the schedule may not fit its budget. Use optpipe's JSON, "
+                                  "optimize with --no-offload --no-recompute, or pass --drop-memory-ops"));
+    }
     for (const std::string& note : csv.notes) std::fprintf(stderr, "optpipe: note: %s\n", note.c_str());
+    if (csv.memory_ops_dropped > 0)
+      std::fprintf(stderr, "optpipe: warning: the CSV schedule may not fit the budget without them\n");
     text = csv.csv;
   }
   Status st = emit(a.out_path, text);
@@ -53,6 +66,8 @@ Command add_export_command(CLI::App& app) {
                 "json | trace (chrome://tracing, Perfetto) | csv (torch.distributed.pipelining) | svg")
       ->check(CLI::IsMember({"json", "trace", "csv", "svg"}));
   c->add_option("--out,-o", a->out_path, "output file (default: stdout)");
+  c->add_flag("--drop-memory-ops", a->drop_memory_ops,
+              "csv: leave out recomputes and offloads, which the CSV cannot express (the result may not fit)");
   return {c, [a] { return run_export(*a); }};
 }
 

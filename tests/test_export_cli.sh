@@ -17,7 +17,7 @@ fi
 "$bin" families --json > "$tmp/families.json"
 for row in $(/usr/bin/python3 -c 'import json,sys; [print("%s:%d" % (f["name"], f["chunks_per_device"])) for f in json.load(open(sys.argv[1]))["families"]]' "$tmp/families.json"); do
   family=${row%%:*}; v=${row##*:}
-  "$bin" export --family "$family" --format csv -o "$tmp/$family.csv" 2>"$tmp/$family.notes"
+  "$bin" export --family "$family" --format csv --drop-memory-ops -o "$tmp/$family.csv" 2>"$tmp/$family.notes"
   if /usr/bin/python3 "$here/check_pytorch_csv.py" "$tmp/$family.csv" --ranks 4 --stages $((4 * v)) --microbatches 8; then :; else
     echo "FAIL $family: CSV rejected"; failures=$((failures + 1))
   fi
@@ -38,6 +38,15 @@ PY
   "$bin" simulate --schedule "$tmp/$family.json" --json > "$tmp/$family.sim.json" || [ $? -eq 3 ]
 done
 grep -q "recompute" "$tmp/1f1b-recompute.notes" || { echo "FAIL: recompute not noted"; failures=$((failures + 1)); }
+grep -q "may not fit" "$tmp/pipeoffload.notes" || { echo "FAIL: dropped offloads without a warning"; failures=$((failures + 1)); }
+# Without --drop-memory-ops a schedule with recomputes or offloads is refused, naming them.
+for family in 1f1b-recompute pipeoffload; do
+  if "$bin" export --family "$family" --format csv -o "$tmp/refused.csv" 2>"$tmp/refused.err"; then
+    echo "FAIL $family: CSV export dropped memory ops silently"; failures=$((failures + 1))
+  elif ! grep -q "recompute/offload op(s) (\(R\|OFFLOAD\)" "$tmp/refused.err"; then
+    echo "FAIL $family: refusal does not name the ops: $(cat "$tmp/refused.err")"; failures=$((failures + 1))
+  fi
+done
 "$bin" compare --json > "$tmp/compare.json" || true
 /usr/bin/python3 - "$tmp" <<'PY' || { echo "FAIL: exported schedules simulate differently"; failures=$((failures + 1)); }
 import json, sys

@@ -49,9 +49,11 @@ class PythonModule(unittest.TestCase):
         svg = optpipe.export_svg(built["problem"], built["schedule"], "zb-h1")
         self.assertTrue(svg.startswith("<svg"))
 
-    def test_recompute_and_offload_are_noted_in_csv(self):
-        problem = optpipe.default_problem()
-        _, notes = optpipe.export_csv(optpipe.schedule("1f1b-recompute", problem)["schedule"])
+    def test_recompute_and_offload_are_refused_or_noted_in_csv(self):
+        schedule = optpipe.schedule("1f1b-recompute", optpipe.default_problem())["schedule"]
+        with self.assertRaisesRegex(ValueError, "recompute/offload"):
+            optpipe.export_csv(schedule)
+        _, notes = optpipe.export_csv(schedule, drop_memory_ops=True)
         self.assertTrue(any("recompute" in n for n in notes))
 
     def test_preset_and_optimize(self):

@@ -29,9 +29,13 @@ std::string chrome_trace_json(const Problem& p, const Schedule& s, const Timelin
 // row per rank, one cell per action "{stage}{F|I|W|B}{microbatch}", I = input-gradient B,
 // B = fused BW. Offloads, reloads and recomputes have no action there; `notes` says what was
 // left out (empty when nothing was).
+// The CSV cannot say "recompute" or "offload": those are left out, counted and named, and the
+// schedule exported without them may overflow its budget.
 struct [[nodiscard]] CsvExport {
   std::string csv;
   std::vector<std::string> notes;
+  int memory_ops_dropped = 0;        // recomputes plus offload/reload pairs left out
+  std::vector<std::string> dropped;  // the first few of them, e.g. "R3 s1", "OFFLOAD0 s2"
 };
 CsvExport pytorch_csv(const Schedule& s);
 
