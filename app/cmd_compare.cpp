@@ -50,8 +50,9 @@ Status family_row(const FamilyRun& o, const std::optional<NoiseSpec>& noise, Row
     return Status::Ok();
   }
   const Timeline& t = o.timeline;
-  // The fastest any schedule of this placement that fits the budget could be.
-  const double bound = makespan_lower_bound(o.built.problem);
+  // The fastest any schedule of this placement could be: one that fits the budget when this row
+  // fits, any schedule when it does not.
+  const double bound = lower_bound_for(o.built.problem, o.fits);
   int64_t worst = 0;
   for (const DeviceFigures& d : t.devices) worst = std::max(worst, d.worst_peak_bytes);
   char bubble[32];

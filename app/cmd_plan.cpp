@@ -71,6 +71,7 @@ struct PlanTable {
 
   void add(const std::string& name, const Problem& fp, const Timeline& t, bool row_fits, double bound) {
     const double gap = t.makespan_us > 0 ? (t.makespan_us - bound) / t.makespan_us : 0;
+    OPTPIPE_CHECK(gap > -1e-9, name + ": its lower bound " + std::to_string(bound) + " µs is above its makespan");
     const double speedup = best_makespan_us > 0 && row_fits ? best_makespan_us / t.makespan_us : 0;
     const bool any = fits_any_timing(fp, t);
     rows.push_back({name, fits_cell(any, row_fits), format_us(t.makespan_us),
@@ -146,11 +147,11 @@ int run_plan(const PlanArgs& a) {
   table.best_makespan_us = best ? best->timeline.makespan_us : 0;
   for (const FamilyRun& o : runs) {
     if (o.status.ok())
-      table.add(o.family->name, o.built.problem, o.timeline, o.fits, makespan_lower_bound(o.built.problem));
+      table.add(o.family->name, o.built.problem, o.timeline, o.fits, lower_bound_for(o.built.problem, o.fits));
     else
       table.add_not_applicable(o);
   }
-  table.add("optimized", r.problem, r.timeline, fits, r.lower_bound_us);
+  table.add("optimized", r.problem, r.timeline, fits, fits ? r.lower_bound_us : load_lower_bound(r.problem));
   if (Status st = write_plan_files(a, p, r, runs); !st.ok()) return fail(st);
 
   if (!a.as_json) {

@@ -112,6 +112,20 @@ check "plan bad budget" 1 "--budget" -- "$bin" plan --budget lots
 check "plan bad cluster" 1 "unknown GPU" -- "$bin" plan --cluster 8xtpu
 check "plan too small a budget" 3 "nothing found fits" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 10GiB -q --max-evaluations 2000
 
+# Every row's bound holds for that row: families over budget are bound by the budget-free bound, so
+# no printed gap is negative (it was for zb-h2 and dualpipe-v here).
+"$bin" plan --model llama2-70b --cluster 16xh100 --budget 60GiB -q --max-evaluations 300 --json -o "$tmp/none.json" > "$tmp/plan70.json" || [ $? -eq 3 ] || { echo "FAIL plan 70b exit"; failures=$((failures + 1)); }
+python3 - "$tmp/plan70.json" <<'PY' || failures=$((failures + 1))
+import json, sys
+o = json.load(open(sys.argv[1]))
+rows = [r for r in o["schedules"] if "makespan_us" in r]
+assert any(not r["fits_budget"] for r in rows), "the test needs rows over budget"
+for r in rows:
+    assert r["lower_bound_us"] <= r["makespan_us"] * (1 + 1e-9), r
+    assert r["gap"] >= 0, r
+print("ok   plan --json: every row's gap is non-negative, over budget or not")
+PY
+
 # Usage errors: exit 2.
 check "optimize bad threads" 2 "" -- "$bin" optimize --threads 0
 check "unknown export format" 2 "" -- "$bin" export --family zb-v --format pdf

@@ -124,6 +124,10 @@ double makespan_lower_bound(const Problem& p);
 // work, and one microbatch's own chain.
 double load_lower_bound(const Problem& p);
 
+// A bound that holds for one given schedule of p: makespan_lower_bound when that schedule fits the
+// budget, else load_lower_bound (a schedule over budget is not bound by what the budget forces).
+double lower_bound_for(const Problem& p, bool fits_budget);
+
 // No schedule of p fits device d in less: static memory plus the largest single op's activation
 // and workspace on it.
 std::vector<int64_t> budget_lower_bound(const Problem& p);

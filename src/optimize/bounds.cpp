@@ -201,4 +201,8 @@ std::vector<int64_t> budget_lower_bound(const Problem& p) {
   return out;
 }
 
+double lower_bound_for(const Problem& p, bool fits_budget) {
+  return fits_budget ? makespan_lower_bound(p) : load_lower_bound(p);
+}
+
 }  // namespace optpipe
