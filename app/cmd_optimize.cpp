@@ -25,6 +25,7 @@ void print_optimized(const Problem& input, const OptimizeOptions& options, const
   const bool has_best = !st.best_family.empty();
   const double idle_reduction = has_best && st.best_family_idle_us > 0 ? 1 - t.idle_us / st.best_family_idle_us : 0;
   std::printf("problem: %s\n", problem_summary(input).c_str());
+  if (options.rules.any()) std::printf("rules: %s\n", options.rules.describe().c_str());
   if (has_best)
     std::printf("best family that fits: %s, %s\n", st.best_family.c_str(),
                 format_us(st.best_family_makespan_us).c_str());

@@ -113,7 +113,9 @@ void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const Optimize
   const std::string what = a.model + " on " + a.cluster + ", " + std::to_string(p.num_microbatches) +
                            " microbatches of " + std::to_string(a.microbatch_size) + " × " + std::to_string(seq_len) +
                            " tokens";
-  std::printf("%s\nproblem: %s\n\n%s\n", what.c_str(), problem_summary(p).c_str(), aligned_table(table.rows).c_str());
+  const std::string rules = options.rules.any() ? "rules: " + options.rules.describe() + "\n" : "";
+  std::printf("%s\nproblem: %s\n%s\n%s\n", what.c_str(), problem_summary(p).c_str(), rules.c_str(),
+              aligned_table(table.rows).c_str());
   if (r.outcome != Outcome::kInfeasible) {
     const std::string vs = best ? fmt::format("{:.3f}x the fastest family that fits ({})",
                                               table.best_makespan_us / r.timeline.makespan_us, best->family->name)

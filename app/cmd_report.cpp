@@ -47,6 +47,7 @@ Command add_report_command(CLI::App& app) {
   c->add_option("--time-limit", a->optimizer.options.time_limit_s, "optimizer seconds")->check(CLI::Range(0.01, 1e6));
   c->add_option("--seed", a->optimizer.options.seed, "random seed")->check(kNoMinus);
   a->optimizer.add_timing(c);
+  a->optimizer.add_rules(c);
   return {c, [a] { return run_report(*a); }};
 }
 

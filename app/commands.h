@@ -50,8 +50,12 @@ struct NoiseArgs {
 struct OptimizerArgs {
   OptimizeOptions options;
   std::string timing = "any";
+  std::vector<std::string> placements;
+  bool no_offload = false, no_recompute = false;
   bool quiet = false;
   void add_timing(CLI::App* c);
+  // --placement, --chunks, --no-offload, --no-recompute, --whole-stage-recompute.
+  void add_rules(CLI::App* c);
   void add_to(CLI::App* c);
   // The options parsed, with progress on stderr unless --quiet.
   OptimizeOptions parsed() const;

@@ -40,8 +40,20 @@ void OptimizerArgs::add_timing(CLI::App* c) {
       ->check(CLI::IsMember({"any", "exact"}));
 }
 
+void OptimizerArgs::add_rules(CLI::App* c) {
+  c->add_option("--placement", placements, "only this placement (repeatable): linear, interleaved, vshape")
+      ->check(CLI::IsMember({"linear", "interleaved", "vshape"}));
+  c->add_option("--chunks", options.rules.chunks_per_device, "only this many chunks per device (virtual stages)")
+      ->check(CLI::Range(1, 64));
+  c->add_flag("--no-offload", no_offload, "no offloads (a runtime without host transfers)");
+  c->add_flag("--no-recompute", no_recompute, "no recomputes");
+  c->add_flag("--whole-stage-recompute", options.rules.whole_stage_recompute,
+              "a stage recomputes every microbatch or none (activation checkpointing as Megatron and torch set it)");
+}
+
 void OptimizerArgs::add_to(CLI::App* c) {
   add_timing(c);
+  add_rules(c);
   c->add_option("--robust", options.robust_sigma,
                 "prefer the schedule whose makespan degrades least: score by the p90 makespan under per-op jitter of "
                 "this sigma (e.g. 0.1)")
@@ -78,6 +90,13 @@ void print_progress(const Progress& g) {
 OptimizeOptions OptimizerArgs::parsed() const {
   OptimizeOptions o = options;
   o.any_timing = timing == "any";
+  o.rules.offload = !no_offload;
+  o.rules.recompute = !no_recompute;
+  for (const std::string& name : placements) {
+    Placement placement;
+    OPTPIPE_CHECK(parse_placement(name, &placement), "CLI11 checked the name");
+    o.rules.placements.push_back(placement);
+  }
   if (!quiet) o.progress = print_progress;
   return o;
 }
@@ -113,6 +132,7 @@ std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions
   std::vector<FamilyRun> runs = run_families(
       p, sim,
       t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(limit) + std::chrono::milliseconds(250));
+  rule_out(options.rules, &runs);
   const double spent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   options.time_limit_s = std::max(0.01, options.time_limit_s - spent_s);
   *r = optimize(p, options);

@@ -89,7 +89,9 @@ void add_optimizer_functions(py::module_& m) {
   m.def(
       "optimize",
       [](const py::object& problem, double time_limit_s, uint64_t seed, int threads, int64_t max_evaluations,
-         bool exact, const std::string& timing, double robust, int robust_samples) {
+         bool exact, const std::string& timing, double robust, int robust_samples,
+         const std::vector<std::string>& placements, int chunks, bool offload, bool recompute,
+         bool whole_stage_recompute) {
         if (timing != "any" && timing != "exact")
           throw py::value_error("timing: \"any\" or \"exact\", got \"" + timing + "\"");
         OptimizeOptions o;
@@ -101,6 +103,16 @@ void add_optimizer_functions(py::module_& m) {
         o.any_timing = timing == "any";
         o.robust_sigma = robust;
         o.robust_samples = robust_samples;
+        for (const std::string& name : placements) {
+          Placement placement;
+          if (!parse_placement(name, &placement))
+            throw py::value_error("placements: \"linear\", \"interleaved\" or \"vshape\", got \"" + name + "\"");
+          o.rules.placements.push_back(placement);
+        }
+        o.rules.chunks_per_device = chunks;
+        o.rules.offload = offload;
+        o.rules.recompute = recompute;
+        o.rules.whole_stage_recompute = whole_stage_recompute;
         OptimizeResult r;
         const Problem p = problem_arg(problem);
         {
@@ -115,9 +127,12 @@ void add_optimizer_functions(py::module_& m) {
       },
       py::arg("problem") = py::none(), py::arg("time_limit_s") = 10.0, py::arg("seed") = 0, py::arg("threads") = 1,
       py::arg("max_evaluations") = 0, py::arg("exact") = false, py::arg("timing") = "any", py::arg("robust") = 0.0,
-      py::arg("robust_samples") = 8,
+      py::arg("robust_samples") = 8, py::arg("placements") = std::vector<std::string>{}, py::arg("chunks") = 0,
+      py::arg("offload") = true, py::arg("recompute") = true, py::arg("whole_stage_recompute") = false,
       "The fastest schedule found that fits (timing=\"any\": under any timing; \"exact\": at the profile's timings): "
-      "its figures (as simulate()), outcome, bound, gap, best_family for comparison, stats, problem and schedule. "
+      "its figures (as simulate()), outcome, bound, gap, best_family for comparison, rules, stats, problem and "
+      "schedule. placements, chunks, offload=False, recompute=False, whole_stage_recompute=True restrict what it may "
+      "contain. "
       "robust=σ prefers the schedule "
       "whose p90 makespan under that jitter is least.");
 

@@ -84,6 +84,14 @@ class PythonModule(unittest.TestCase):
         safe = optpipe.optimize(problem, max_evaluations=1500)
         self.assertTrue(safe["fits_any_timing"])
         self.assertGreater(safe["stats"]["waits_added"] + safe["stats"]["reload_gates_added"], 0)
+        plain = optpipe.optimize(problem, max_evaluations=1500, placements=["linear"], offload=False, recompute=False)
+        self.assertEqual(plain["placement"], "linear")
+        self.assertFalse(plain["rules"]["offload"])
+        self.assertFalse(any(d["offloads"] for d in plain["schedule"]["devices"]))
+        self.assertFalse(any(op.startswith("R") for d in plain["schedule"]["devices"] for op in d["compute"]))
+        csv, _ = optpipe.export_csv(plain["schedule"])  # nothing left out
+        with self.assertRaisesRegex(ValueError, "placements"):
+            optpipe.optimize(problem, placements=["ring"])
         noisy = optpipe.evaluate_noise(safe["problem"], safe["schedule"], sigma=0.1, samples=50)
         self.assertEqual(noisy["overflowed"], 0)
         self.assertEqual(noisy["stuck"], 0)

@@ -17,6 +17,7 @@
 
 #include "optpipe/problem.h"
 #include "optpipe/schedule.h"
+#include "optpipe/schedule_rules.h"
 #include "optpipe/simulate.h"
 #include "optpipe/status.h"
 
@@ -60,6 +61,8 @@ std::vector<FamilyRun> run_families(
 
 // The fastest run that fits, or nullptr.
 const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs);
+// Marks the runs whose schedules the rules forbid as not applicable, the reason saying which rule.
+void rule_out(const ScheduleRules& rules, std::vector<FamilyRun>* runs);
 
 // The family functions, one file each.
 Result<Schedule> make_gpipe(const Problem& p);

@@ -24,6 +24,7 @@
 
 #include "optpipe/problem.h"
 #include "optpipe/schedule.h"
+#include "optpipe/schedule_rules.h"
 #include "optpipe/simulate.h"
 #include "optpipe/status.h"
 
@@ -70,6 +71,10 @@ struct OptimizeOptions {
   // candidate). Each candidate then costs robust_samples + 1 simulations.
   double robust_sigma = 0;
   int robust_samples = 8;
+  // What the answer may contain (placements, chunks, offload, recompute): every start, move,
+  // repair, exact model and tidy keeps to them. The fastest family for comparison is the fastest
+  // the rules allow.
+  ScheduleRules rules;
 };
 
 struct OptimizeStats {

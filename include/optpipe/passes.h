@@ -13,6 +13,7 @@
 #include "optpipe/noise.h"
 #include "optpipe/problem.h"
 #include "optpipe/schedule.h"
+#include "optpipe/schedule_rules.h"
 #include "optpipe/simulate.h"
 
 namespace optpipe {
@@ -40,9 +41,12 @@ Gated gate_for_any_timing(const Problem& p, const Schedule& s, const Timeline& n
 
 // Offloads or recomputes activations alive at overflowing peaks (with every_overflow: at every
 // overflow) until the schedule fits, or nothing alive there is left to move, or max_rounds
-// simulations are spent, or the deadline passes. Returns the changed schedule.
+// simulations are spent, or the deadline passes. Returns the changed schedule. Only the changes
+// the rules allow: no offload without rules.offload, no recompute without rules.recompute, and
+// with whole_stage_recompute a recompute covers every microbatch of its stage.
 Schedule repair_memory(const Problem& p, const Schedule& start, int max_rounds, bool every_overflow = false,
-                       std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+                       std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
+                       const ScheduleRules& rules = {});
 
 // Simulates `s`; where a device still overflows at a reload, holds that reload until the offload
 // in flight then is done, else the compute op running then, else anchors it one compute op later;
@@ -58,7 +62,9 @@ struct [[nodiscard]] Tidied {
   Schedule schedule;
   int recomputes_dropped = 0, offloads_dropped = 0;
 };
+// With whole_stage_recompute, recomputes are left as they are (one alone cannot go).
 Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluations,
-                     std::chrono::steady_clock::time_point deadline, const NoiseSamples* noise = nullptr);
+                     std::chrono::steady_clock::time_point deadline, const NoiseSamples* noise = nullptr,
+                     const ScheduleRules& rules = {});
 
 }  // namespace optpipe

@@ -90,4 +90,13 @@ const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs) {
   return best;
 }
 
+void rule_out(const ScheduleRules& rules, std::vector<FamilyRun>* runs) {
+  if (!rules.any()) return;
+  for (FamilyRun& run : *runs) {
+    if (!run.status.ok()) continue;
+    if (Status st = check_rules(rules, run.built.problem, run.built.schedule); !st.ok())
+      run.status = Status::Invalid("ruled out: " + st.message);
+  }
+}
+
 }  // namespace optpipe

@@ -35,6 +35,9 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
   if (open.empty()) return;  // already proven optimal
   const double share = (options.time_limit_s - seconds_since(t0)) / (2 + 2 * open.size());
   if (share < 0.05) return;
+  // The models decide recomputes per microbatch: with whole-stage recompute they decide none (a
+  // schedule without recomputes keeps to that rule too).
+  const bool per_microbatch_recompute = options.rules.recompute && !options.rules.whole_stage_recompute;
   auto consider = [&](const Status& st, Schedule& candidate, const char* how) {
     Score sc;
     if (st.ok() && score_schedule(out->problem, candidate, &sc) && sc < current) {
@@ -43,12 +46,17 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
       out->stats.start_family += how;
     }
   };
-  CpSolution cp = solve_cp(out->problem, {.memory = true, .time_limit_s = share, .recompute = true, .offload = true});
+  CpSolution cp = solve_cp(
+      out->problem,
+      {.memory = true, .time_limit_s = share, .recompute = per_microbatch_recompute, .offload = options.rules.offload});
   out->stats.exact_solves++;
   out->stats.exact_nodes += cp.nodes;
   consider(cp.status, cp.schedule, " +cp");
-  const MilpOptions budgeted{
-      .memory = true, .time_limit_s = share, .threads = options.threads, .recompute = true, .offload = true};
+  const MilpOptions budgeted{.memory = true,
+                             .time_limit_s = share,
+                             .threads = options.threads,
+                             .recompute = per_microbatch_recompute,
+                             .offload = options.rules.offload};
   // Sized from the problem before anything is built: a model can run to millions of binaries.
   Result<MilpModel> model = milp_min_binaries(out->problem) <= kMaxExactBinaries
                                 ? build_milp(out->problem, budgeted)

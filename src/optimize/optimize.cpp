@@ -96,6 +96,8 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, doubl
   Validation v = validate(out.problem, out.schedule,
                           {.check_memory_budget = false, .sim = {.op_times = true, .memory_curve = true}});
   OPTPIPE_CHECK(v.ok(), "the optimizer produced an invalid schedule: " + v.summary());
+  const Status kept = check_rules(options.rules, out.problem, out.schedule);
+  OPTPIPE_CHECK(kept.ok(), "the optimizer broke its rules: " + kept.message);
   out.timeline = std::move(v.sim.timeline);
   for (const DeviceFigures& f : out.timeline.devices)
     out.needed_budget_bytes.push_back(options.any_timing ? f.worst_peak_bytes : f.peak_bytes);
@@ -119,6 +121,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
       .jitter_sigma = options.robust_sigma, .samples = options.robust_samples, .seed = options.seed + 1};
   out.status = check_problem(p);
   if (out.status.ok()) out.status = check_options(options, robust);
+  if (out.status.ok()) out.status = check_rules_options(options.rules);
   if (!out.status.ok()) return out;
 
   // Every family that applies, then greedy schedules, each scored; then repairs of those that
@@ -132,18 +135,21 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   };
   std::vector<FamilyRun> runs =
       run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250));
+  rule_out(options.rules, &runs);
   if (const FamilyRun* best = fastest_fitting(runs)) {
     out.stats.best_family = best->family->name;
     out.stats.best_family_makespan_us = best->timeline.makespan_us;
     out.stats.best_family_idle_us = best->timeline.idle_us;
   }
   bool out_of_time = false;
-  std::vector<Start> starts = make_starts(p, runs, after(0.25), after(0.5), &out_of_time);
+  std::vector<Start> starts = make_starts(p, runs, options.rules, after(0.25), after(0.5), &out_of_time);
   if (starts.empty()) {  // every placement's re-cut of this problem breaks its limits
     std::string why;
     for (const FamilyRun& run : runs)
       if (!run.status.ok() && why.find(run.status.message) == std::string::npos) why += "\n  " + run.status.message;
-    out.status = Status::Infeasible("no schedule family and no greedy schedule applies to this problem:" + why);
+    out.status = Status::Infeasible("no schedule family and no greedy schedule applies to this problem" +
+                                    (options.rules.any() ? " under the rules (" + options.rules.describe() + ")" : "") +
+                                    ":" + why);
     return out;
   }
 
@@ -165,7 +171,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
                  .stop_after_s = options.time_limit_s * kSearchShare,
                  .bound_us = placements.bound(),
                  .noise_for = [&](const Problem& sp) { return placements.noise_for(sp); },
-                 .progress = options.progress};
+                 .progress = options.progress,
+                 .rules = options.rules};
   RaceOutcome raced = race_searches(race);
   out.stats.stopped_by_time = out_of_time || raced.stopped_by_time;
   out.stats.evaluations = raced.best.evaluations;
@@ -179,7 +186,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // search left, or as many simulations as the schedule's size allows when it did not bind).
   Tidied tidied = drop_needless(out.problem, raced.best.best,
                                 std::clamp<int64_t>(static_cast<int64_t>(4e7 / std::max<size_t>(ops, 1)), 100, 5000),
-                                after(1), placements.noise_for(out.problem));
+                                after(1), placements.noise_for(out.problem), options.rules);
   out.schedule = std::move(tidied.schedule);
   out.stats.recomputes_dropped = tidied.recomputes_dropped;
   out.stats.offloads_dropped = tidied.offloads_dropped;

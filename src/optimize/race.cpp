@@ -52,7 +52,7 @@ SearchResult run_races(const RaceSetup& setup, int k, SearchShared& shared, int*
         SearchResult more =
             local_search(sp, r->result.best,
                          seed + static_cast<uint64_t>(r->start) * 31 + race * 7 + static_cast<uint64_t>(round), slice,
-                         shared, setup.noise_for(sp));
+                         shared, setup.noise_for(sp), setup.rules);
         evaluations += more.evaluations;
         improvements += more.improvements;
         if (more.best_score < r->result.best_score) r->result = std::move(more);

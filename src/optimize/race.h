@@ -26,6 +26,7 @@ struct RaceSetup {
   // The samples a start's candidates are scored on (OptimizeOptions::robust_sigma), or null.
   std::function<const NoiseSamples*(const Problem&)> noise_for;
   std::function<void(const Progress&)> progress;
+  ScheduleRules rules;  // every search's moves keep to them
 };
 
 struct [[nodiscard]] RaceOutcome {

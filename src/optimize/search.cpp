@@ -62,7 +62,7 @@ bool needs(const Op& y, const Op& x) {
 
 class Mover {
  public:
-  Mover(const Problem& p, std::mt19937_64& rng) : p_(p), rng_(rng) {}
+  Mover(const Problem& p, const ScheduleRules& rules, std::mt19937_64& rng) : p_(p), rules_(rules), rng_(rng) {}
 
   // Applies one random move to s; false if the move found nothing to do.
   bool random_move(Schedule& s) {
@@ -71,8 +71,8 @@ class Mover {
     const int kind = pick(100);
     if (kind < 55) return move_compute(ds);
     if (kind < 65) return split_or_fuse(ds);
-    if (kind < 80) return toggle_recompute(ds);
-    if (kind < 92) return toggle_offload(ds);
+    if (kind < 80) return rules_.recompute && toggle_recompute(ds);
+    if (kind < 92) return rules_.offload && toggle_offload(ds);
     return shift_anchor(ds);
   }
 
@@ -129,6 +129,7 @@ class Mover {
     std::vector<Op>& ops = ds.compute;
     const int i = pick(static_cast<int>(ops.size()));
     const Op op = ops[i];
+    if (rules_.whole_stage_recompute) return toggle_stage_recompute(ds, op);
     if (op.kind == OpKind::kR) {
       ops.erase(ops.begin() + i);
       return true;
@@ -137,6 +138,22 @@ class Mover {
     const Op r{OpKind::kR, op.stage, op.microbatch};
     if (find_op(ops, r) >= 0 || offloaded(ds, op)) return false;
     ops.insert(ops.begin() + i, r);
+    return true;
+  }
+
+  // With whole-stage recompute: the stage of `op` stops recomputing, or recomputes every
+  // microbatch (none of them offloaded).
+  bool toggle_stage_recompute(DeviceSchedule& ds, const Op& op) {
+    std::vector<Op>& ops = ds.compute;
+    if (op.kind == OpKind::kR) {
+      std::erase_if(ops, [&](const Op& x) { return x.kind == OpKind::kR && x.stage == op.stage; });
+      return true;
+    }
+    if (op.kind != OpKind::kB && op.kind != OpKind::kBW) return false;
+    for (int i = 0; i < p_.num_microbatches; i++)
+      if (offloaded(ds, Op{OpKind::kF, op.stage, i}) || find_op(ops, Op{OpKind::kR, op.stage, i}) >= 0) return false;
+    for (int i = 0; i < p_.num_microbatches; i++)
+      ops.insert(ops.begin() + backward_index(ops, op.stage, i), Op{OpKind::kR, op.stage, i});
     return true;
   }
 
@@ -170,6 +187,7 @@ class Mover {
   }
 
   const Problem& p_;
+  const ScheduleRules& rules_;
   std::mt19937_64& rng_;
 };
 
@@ -188,9 +206,9 @@ void publish_fitting(SearchShared& shared, const Score& s) {
 }  // namespace
 
 SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
-                          SearchShared& shared, const NoiseSamples* noise) {
+                          SearchShared& shared, const NoiseSamples* noise, const ScheduleRules& rules) {
   std::mt19937_64 rng(seed);
-  Mover mover(p, rng);
+  Mover mover(p, rules, rng);
   SearchResult out;
   out.best = start;
   OPTPIPE_CHECK(score_schedule(p, start, &out.best_score, noise), "the start of a search must simulate");

@@ -12,6 +12,7 @@
 #include "optpipe/noise.h"
 #include "optpipe/problem.h"
 #include "optpipe/schedule.h"
+#include "optpipe/schedule_rules.h"
 #include "optpipe/simulate.h"
 
 namespace optpipe {
@@ -54,8 +55,8 @@ struct SearchShared {
 };
 
 // Improves `start` for at most max_evaluations simulated candidates, or until shared.stop is
-// set. Deterministic for a given seed when not stopped early.
+// set, its moves keeping to `rules`. Deterministic for a given seed when not stopped early.
 SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
-                          SearchShared& shared, const NoiseSamples* noise = nullptr);
+                          SearchShared& shared, const NoiseSamples* noise = nullptr, const ScheduleRules& rules = {});
 
 }  // namespace optpipe

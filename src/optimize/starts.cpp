@@ -20,15 +20,15 @@ constexpr int kSettleRounds = 64;  // simulations to hold a start's transfers un
 // every activation offloaded whose lifespan covers the round trip, which often fits outright,
 // with reloads issued two and four reload times ahead (the later ones wait less on a busy link).
 // `scored`: its score when it has been simulated already.
-void add_start(const std::string& name, FamilySchedule built, Clock::time_point deadline, std::vector<Start>* starts,
-               const Score* scored = nullptr) {
+void add_start(const std::string& name, FamilySchedule built, const ScheduleRules& rules, Clock::time_point deadline,
+               std::vector<Start>* starts, const Score* scored = nullptr) {
   Score sc;
   if (scored)
     sc = *scored;
   else if (!score_schedule(built.problem, built.schedule, &sc))
     return;
   for (int lead : {2, 4}) {
-    if (sc.overflow_bytes == 0 || Clock::now() > deadline) break;
+    if (sc.overflow_bytes == 0 || !rules.offload || Clock::now() > deadline) break;
     Schedule offloaded = add_offloads(built.problem, built.schedule, lead);
     Score os;
     if (score_schedule(built.problem, offloaded, &os) && os < sc)
@@ -41,7 +41,8 @@ void add_start(const std::string& name, FamilySchedule built, Clock::time_point 
 // Greedy list schedules on the common placements, under activation limits from what an
 // unconstrained pipeline keeps down to one per device: starts for every budget in between. The
 // largest limits come first, on every placement, as they are the fastest once offloaded.
-void add_greedy_starts(const Problem& p, Clock::time_point deadline, bool* out_of_time, std::vector<Start>* starts) {
+void add_greedy_starts(const Problem& p, const ScheduleRules& rules, Clock::time_point deadline, bool* out_of_time,
+                       std::vector<Start>* starts) {
   struct Placed {
     Placement placement;
     int v;
@@ -50,8 +51,10 @@ void add_greedy_starts(const Problem& p, Clock::time_point deadline, bool* out_o
   };
   std::vector<Placed> placed;
   size_t most_limits = 0;
+  const int interleaved_v = rules.chunks_per_device > 0 ? rules.chunks_per_device : 2;
   for (const auto& [placement, v] :
-       {std::pair{Placement::kLinear, 1}, {Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
+       {std::pair{Placement::kLinear, 1}, {Placement::kVShape, 2}, {Placement::kInterleaved, interleaved_v}}) {
+    if (!rules.allows_placement(placement, v)) continue;
     Placed pl{placement, v, rechunk(p, placement, v), {}};
     if (!pl.problem.ok()) continue;
     const int most = std::min(p.num_microbatches * v, 2 * p.num_devices * v);
@@ -70,14 +73,14 @@ void add_greedy_starts(const Problem& p, Clock::time_point deadline, bool* out_o
           *out_of_time = true;
           return;
         }
-        ListRules rules;
-        rules.max_live.assign(p.num_devices, pl.limits[i]);
-        rules.split_backward = split;
-        Result<Schedule> s = list_schedule(pl.problem.value, rules);
+        ListRules list_rules;
+        list_rules.max_live.assign(p.num_devices, pl.limits[i]);
+        list_rules.split_backward = split;
+        Result<Schedule> s = list_schedule(pl.problem.value, list_rules);
         if (!s.ok()) continue;
         add_start(std::string("greedy ") + placement_name(pl.placement) + " v" + std::to_string(pl.v) + " live≤" +
                       std::to_string(pl.limits[i]) + (split ? "" : " fused"),
-                  {pl.problem.value, std::move(s.value)}, deadline, starts);
+                  {pl.problem.value, std::move(s.value)}, rules, deadline, starts);
       }
     }
   }
@@ -92,7 +95,8 @@ bool has_offloads(const Schedule& s) {
 // The starts that still overflow, the fastest first, until the deadline: the same order with
 // its transfers held until there is room, if that fits; and with activations offloaded or
 // recomputed at every remaining peak.
-void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vector<Start>* starts) {
+void add_repaired_starts(const ScheduleRules& rules, Clock::time_point deadline, bool* out_of_time,
+                         std::vector<Start>* starts) {
   std::vector<size_t> over;
   for (size_t i = 0; i < starts->size(); i++)
     if ((*starts)[i].score.overflow_bytes > 0) over.push_back(i);
@@ -123,7 +127,7 @@ void add_repaired_starts(Clock::time_point deadline, bool* out_of_time, std::vec
       const bool every_overflow = st.built.schedule.num_ops() > kLargeScheduleOps;
       Start repaired{st.name + " +repair",
                      {st.built.problem,
-                      repair_memory(st.built.problem, st.built.schedule, max_rounds, every_overflow, deadline)},
+                      repair_memory(st.built.problem, st.built.schedule, max_rounds, every_overflow, deadline, rules)},
                      {}};
       if (score_schedule(repaired.built.problem, repaired.built.schedule, &repaired.score) && repaired.score < st.score)
         starts->push_back(std::move(repaired));
@@ -150,18 +154,18 @@ void order_by_kind(std::vector<Start>& starts) {
 
 }  // namespace
 
-std::vector<Start> make_starts(const Problem& p, std::vector<FamilyRun>& runs, Clock::time_point greedy_deadline,
-                               Clock::time_point deadline, bool* out_of_time) {
+std::vector<Start> make_starts(const Problem& p, std::vector<FamilyRun>& runs, const ScheduleRules& rules,
+                               Clock::time_point greedy_deadline, Clock::time_point deadline, bool* out_of_time) {
   std::vector<Start> starts;
   for (FamilyRun& run : runs)
     if (run.status.ok()) {
       const Score scored = score_of(run.built.problem, run.timeline);
-      add_start(run.family->name, std::move(run.built), deadline, &starts, &scored);
+      add_start(run.family->name, std::move(run.built), rules, deadline, &starts, &scored);
     }
   *out_of_time = Clock::now() > deadline;
-  if (!*out_of_time) add_greedy_starts(p, greedy_deadline, out_of_time, &starts);
+  if (!*out_of_time) add_greedy_starts(p, rules, greedy_deadline, out_of_time, &starts);
   if (starts.empty()) return starts;
-  add_repaired_starts(deadline, out_of_time, &starts);
+  add_repaired_starts(rules, deadline, out_of_time, &starts);
   std::stable_sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) { return a.score < b.score; });
   order_by_kind(starts);
   return starts;

@@ -19,11 +19,12 @@ struct Start {
   Score score;
 };
 
-// The families' runs (their built schedules are moved out), then greedy schedules until
+// The families' runs that apply and keep to the rules (their built schedules are moved out; see
+// rule_out), then greedy schedules until
 // `greedy_deadline`, then repairs of those that overflow until `deadline`; the best of each kind
 // (placement; split or fused backwards) first, then the rest by score. Empty when nothing
 // applies. `out_of_time` is set when a deadline cut the list short.
-std::vector<Start> make_starts(const Problem& p, std::vector<FamilyRun>& runs,
+std::vector<Start> make_starts(const Problem& p, std::vector<FamilyRun>& runs, const ScheduleRules& rules,
                                std::chrono::steady_clock::time_point greedy_deadline,
                                std::chrono::steady_clock::time_point deadline, bool* out_of_time);
 

@@ -42,8 +42,8 @@ struct Freed {
 // overflow, and the change that frees each.
 class DeviceRepair {
  public:
-  DeviceRepair(const Problem& p, const Timeline& t, int d, DeviceSchedule& ds)
-      : p_(p), t_(t), ds_(ds), decided_(num_op_ids(p), 0), offloaded_(num_op_ids(p), 0) {
+  DeviceRepair(const Problem& p, const Timeline& t, int d, DeviceSchedule& ds, const ScheduleRules& rules)
+      : p_(p), t_(t), ds_(ds), rules_(rules), decided_(num_op_ids(p), 0), offloaded_(num_op_ids(p), 0) {
     for (const Op& op : ds.compute)
       if (op.kind == OpKind::kR) decided_[op_id(p, Op{OpKind::kF, op.stage, op.microbatch})] = 1;
     for (const Op& op : ds.offloads) {
@@ -72,13 +72,15 @@ class DeviceRepair {
         // Still queued for the link, or back already: a recompute frees it, and the link too.
         const bool resident = at(Op{OpKind::kOffload, op.stage, op.microbatch}, true) > peak ||
                               at(Op{OpKind::kReload, op.stage, op.microbatch}, false) <= peak;
-        if (resident && decided_[op_id(p_, f)] == 1) alive.push_back({op, Fix::kRecompute, at(op, false), true});
+        if (resident && decided_[op_id(p_, f)] == 1 && rules_.recompute)
+          alive.push_back({op, Fix::kRecompute, at(op, false), true});
         continue;
       }
       if (decided_[op_id(p_, f)]) continue;
-      const bool offload =
-          at(f, true) + p_.offload_us(op.stage) <= peak && peak + p_.reload_us(op.stage) <= at(op, false);
-      alive.push_back({op, offload ? Fix::kOffload : Fix::kRecompute, at(op, false), false});
+      const bool offload = rules_.offload && at(f, true) + p_.offload_us(op.stage) <= peak &&
+                           peak + p_.reload_us(op.stage) <= at(op, false);
+      if (offload || rules_.recompute)
+        alive.push_back({op, offload ? Fix::kOffload : Fix::kRecompute, at(op, false), false});
     }
     std::stable_sort(alive.begin(), alive.end(), [](const Candidate& a, const Candidate& b) {
       return a.fix != b.fix ? a.fix < b.fix : a.back_start_us > b.back_start_us;
@@ -113,17 +115,31 @@ class DeviceRepair {
       return {until, st.act_f_bytes};
     }
     if (c.was_offloaded) remove_offload(ds_, back.stage, back.microbatch);
-    ds_.compute.insert(ds_.compute.begin() + backward_index(ds_.compute, back.stage, back.microbatch),
-                       Op{OpKind::kR, back.stage, back.microbatch});
+    if (find_op(ds_.compute, Op{OpKind::kR, back.stage, back.microbatch}) >= 0)
+      return {c.back_start_us, 0};  // its stage's, this round
+    recompute(back.stage, back.microbatch);
+    // Whole-stage recompute: every microbatch of the stage (only this one's bytes are counted
+    // here; the next simulation sees the rest).
+    for (int i = 0; i < p_.num_microbatches && rules_.whole_stage_recompute; i++) {
+      if (i == back.microbatch || find_op(ds_.compute, Op{OpKind::kR, back.stage, i}) >= 0) continue;
+      remove_offload(ds_, back.stage, i);
+      recompute(back.stage, i);
+    }
     return {c.back_start_us, st.act_f_bytes - st.act_input_bytes};
   }
 
  private:
   double at(const Op& op, bool end) const { return (end ? t_.end_us : t_.start_us)[op_id(p_, op)]; }
+  void recompute(int stage, int microbatch) {
+    decided_[op_id(p_, Op{OpKind::kF, stage, microbatch})] = 2;
+    ds_.compute.insert(ds_.compute.begin() + backward_index(ds_.compute, stage, microbatch),
+                       Op{OpKind::kR, stage, microbatch});
+  }
 
   const Problem& p_;
   const Timeline& t_;
   DeviceSchedule& ds_;
+  const ScheduleRules& rules_;
   // By op id of an F: 1 if its activation was recomputed or offloaded before this repair, 2 if
   // this repair changed it; by op id of a W: 2 if this repair moved it. And which are offloaded.
   std::vector<char> decided_, offloaded_;
@@ -132,8 +148,9 @@ class DeviceRepair {
 
 // Fixes device d's peak (or every overflow) in s, given the timeline t of s (with its memory
 // curve for every_overflow); false if nothing could move.
-bool repair_device(const Problem& p, const Timeline& t, int d, bool every_overflow, Schedule& s) {
-  DeviceRepair repair(p, t, d, s.devices[d]);
+bool repair_device(const Problem& p, const Timeline& t, int d, bool every_overflow, const ScheduleRules& rules,
+                   Schedule& s) {
+  DeviceRepair repair(p, t, d, s.devices[d], rules);
   const int64_t budget = p.devices[d].mem_budget_bytes;
   bool changed = false;
   std::priority_queue<Freed, std::vector<Freed>, std::greater<Freed>> active;
@@ -161,7 +178,7 @@ bool repair_device(const Problem& p, const Timeline& t, int d, bool every_overfl
 }  // namespace
 
 Schedule repair_memory(const Problem& p, const Schedule& start, int max_rounds, bool every_overflow,
-                       std::chrono::steady_clock::time_point deadline) {
+                       std::chrono::steady_clock::time_point deadline, const ScheduleRules& rules) {
   Schedule s = start;
   for (int round = 0; round < max_rounds && std::chrono::steady_clock::now() < deadline; round++) {
     SimResult r = simulate(p, s, {.op_times = true, .memory_curve = every_overflow});
@@ -170,7 +187,7 @@ Schedule repair_memory(const Problem& p, const Schedule& start, int max_rounds, 
     for (int d = 0; d < p.num_devices; d++) {
       if (r.timeline.devices[d].peak_bytes <= p.devices[d].mem_budget_bytes) continue;
       overflows = true;
-      changed = repair_device(p, r.timeline, d, every_overflow, s) || changed;
+      changed = repair_device(p, r.timeline, d, every_overflow, rules, s) || changed;
     }
     if (!overflows || !changed) return s;
   }

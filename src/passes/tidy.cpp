@@ -7,7 +7,8 @@
 namespace optpipe {
 
 Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluations,
-                     std::chrono::steady_clock::time_point deadline, const NoiseSamples* noise) {
+                     std::chrono::steady_clock::time_point deadline, const NoiseSamples* noise,
+                     const ScheduleRules& rules) {
   Tidied out{s, 0, 0};
   Score cur;
   OPTPIPE_CHECK(score_schedule(p, s, &cur, noise), "a schedule to tidy must simulate");
@@ -26,7 +27,7 @@ Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluation
     out.schedule = std::move(cand);
     return true;
   };
-  for (int d = 0; d < p.num_devices; d++)
+  for (int d = 0; d < p.num_devices && !rules.whole_stage_recompute; d++)
     for (int k = static_cast<int>(out.schedule.devices[d].compute.size()) - 1; k >= 0 && can_go_on(); k--)
       if (out.schedule.devices[d].compute[k].kind == OpKind::kR &&
           keep_if_no_worse(d, [k](DeviceSchedule& ds) { ds.compute.erase(ds.compute.begin() + k); }))
