@@ -26,17 +26,20 @@ void print_optimized(const Problem& input, const OptimizeOptions& options, const
   const double idle_reduction = has_best && st.best_family_idle_us > 0 ? 1 - t.idle_us / st.best_family_idle_us : 0;
   std::printf("problem: %s\n", problem_summary(input).c_str());
   if (options.rules.any()) std::printf("rules: %s\n", options.rules.describe().c_str());
+  const bool span = options.objective == Objective::kSpan;
+  if (span) std::printf("objective: the longest per-device span\n");
   if (has_best)
-    std::printf("best family that fits: %s, %s\n", st.best_family.c_str(),
-                format_us(st.best_family_makespan_us).c_str());
+    std::printf("best family that fits: %s, %s%s\n", st.best_family.c_str(),
+                format_us(st.best_family_objective_us).c_str(), span ? " span" : "");
   else
     std::printf("no family fits the budget\n");
   if (r.outcome != Outcome::kInfeasible) {
     std::printf("optimized (%s v%d, from %s): %s, bubble %.1f%%, idle time %.1f%% lower than the best family\n",
                 placement_name(r.problem.placement), r.problem.chunks_per_device, st.start_family.c_str(),
                 format_us(t.makespan_us).c_str(), 100 * t.bubble_ratio, 100 * idle_reduction);
-    std::printf("lower bound %s, gap %.1f%%: %s\n", format_us(r.lower_bound_us).c_str(), 100 * r.gap,
-                outcome_name(r.outcome));
+    if (span) std::printf("longest span %s\n", format_us(t.max_span_us).c_str());
+    std::printf("lower bound %s%s, gap %.1f%%: %s\n", format_us(r.lower_bound_us).c_str(), span ? " (span)" : "",
+                100 * r.gap, outcome_name(r.outcome));
     std::printf("%s\n", timing_line(options, r).c_str());
   } else {
     std::printf("nothing found fits the budget; the best schedule found needs per device:");

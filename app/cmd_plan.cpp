@@ -62,21 +62,29 @@ Result<Problem> plan_problem(const PlanArgs& a, int* seq_len) {
 }
 
 // The table: every family and the optimized schedule, with speed-ups against the fastest family
-// that fits; as text rows and as JSON.
+// that fits, all by the objective (the makespan, or the longest span); as text rows and as JSON.
 struct PlanTable {
-  std::vector<std::vector<std::string>> rows = {
-      {"schedule", "fits", "makespan", "idle", "peak memory", "speed-up", "lower bound", "gap"}};
+  explicit PlanTable(Objective o) : objective(o) {
+    rows = {{"schedule", "fits", objective_name(o), "idle", "peak memory", "speed-up", "lower bound", "gap"}};
+  }
+  Objective objective;
+  std::vector<std::vector<std::string>> rows;
   nlohmann::json json = nlohmann::json::array();
-  double best_makespan_us = 0;
+  double best_us = 0;
 
+  // A bound that holds for a row's schedule of `fp` by the objective.
+  double bound_for(const Problem& fp, bool row_fits) const {
+    return objective == Objective::kSpan ? span_lower_bound(fp) : lower_bound_for(fp, row_fits);
+  }
   void add(const std::string& name, const Problem& fp, const Timeline& t, bool row_fits, double bound) {
-    const double gap = t.makespan_us > 0 ? (t.makespan_us - bound) / t.makespan_us : 0;
-    OPTPIPE_CHECK(gap > -1e-9, name + ": its lower bound " + std::to_string(bound) + " µs is above its makespan");
-    const double speedup = best_makespan_us > 0 && row_fits ? best_makespan_us / t.makespan_us : 0;
+    const double value = objective_us(t, objective);
+    const double gap = value > 0 ? (value - bound) / value : 0;
+    OPTPIPE_CHECK(gap > -1e-9, name + ": its lower bound " + std::to_string(bound) + " µs is above its " +
+                                   objective_name(objective));
+    const double speedup = best_us > 0 && row_fits ? best_us / value : 0;
     const bool any = fits_any_timing(fp, t);
-    rows.push_back({name, fits_cell(any, row_fits), format_us(t.makespan_us),
-                    fmt::format("{:.1f}%", 100 * t.bubble_ratio), format_bytes(max_peak(t)),
-                    speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-", format_us(bound),
+    rows.push_back({name, fits_cell(any, row_fits), format_us(value), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
+                    format_bytes(max_peak(t)), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-", format_us(bound),
                     fmt::format("{:.1f}%", 100 * gap)});
     json.push_back({{"schedule", name},
                     {"placement", placement_name(fp.placement)},
@@ -84,6 +92,7 @@ struct PlanTable {
                     {"fits_budget", row_fits},
                     {"fits_any_timing", any},
                     {"makespan_us", t.makespan_us},
+                    {"max_span_us", t.max_span_us},
                     {"bubble_ratio", t.bubble_ratio},
                     {"peak_bytes", max_peak(t)},
                     {"speedup_vs_best_family", speedup},
@@ -117,9 +126,10 @@ void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const Optimize
   std::printf("%s\nproblem: %s\n%s\n%s\n", what.c_str(), problem_summary(p).c_str(), rules.c_str(),
               aligned_table(table.rows).c_str());
   if (r.outcome != Outcome::kInfeasible) {
-    const std::string vs = best ? fmt::format("{:.3f}x the fastest family that fits ({})",
-                                              table.best_makespan_us / r.timeline.makespan_us, best->family->name)
-                                : "no family fits";
+    const std::string vs =
+        best ? fmt::format("{:.3f}x the fastest family that fits ({})",
+                           table.best_us / objective_us(r.timeline, options.objective), best->family->name)
+             : "no family fits";
     std::printf("optimized: %s from %s; %s\n",
                 placement_label(r.problem.placement, r.problem.chunks_per_device).c_str(), r.stats.start_family.c_str(),
                 vs.c_str());
@@ -144,16 +154,16 @@ int run_plan(const PlanArgs& a) {
   if (!r.status.ok()) return fail(r.status);
   const bool fits = r.outcome != Outcome::kInfeasible;
 
-  const FamilyRun* best = fastest_fitting(runs);
-  PlanTable table;
-  table.best_makespan_us = best ? best->timeline.makespan_us : 0;
+  const FamilyRun* best = fastest_fitting(runs, options.objective);
+  PlanTable table(options.objective);
+  table.best_us = best ? objective_us(best->timeline, options.objective) : 0;
   for (const FamilyRun& o : runs) {
     if (o.status.ok())
-      table.add(o.family->name, o.built.problem, o.timeline, o.fits, lower_bound_for(o.built.problem, o.fits));
+      table.add(o.family->name, o.built.problem, o.timeline, o.fits, table.bound_for(o.built.problem, o.fits));
     else
       table.add_not_applicable(o);
   }
-  table.add("optimized", r.problem, r.timeline, fits, fits ? r.lower_bound_us : load_lower_bound(r.problem));
+  table.add("optimized", r.problem, r.timeline, fits, fits ? r.lower_bound_us : table.bound_for(r.problem, false));
   if (Status st = write_plan_files(a, p, r, runs); !st.ok()) return fail(st);
 
   if (!a.as_json) {
@@ -167,7 +177,7 @@ int run_plan(const PlanArgs& a) {
                       {"outcome", outcome_name(r.outcome)},
                       {"timing", options.any_timing ? "any" : "exact"},
                       {"best_family",
-                       best ? nlohmann::json{{"name", best->family->name}, {"makespan_us", table.best_makespan_us}}
+                       best ? nlohmann::json{{"name", best->family->name}, {"makespan_us", best->timeline.makespan_us}}
                             : nlohmann::json(nullptr)},
                       {"needed_budget_bytes", r.needed_budget_bytes},
                       {"search",

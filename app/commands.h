@@ -50,6 +50,7 @@ struct NoiseArgs {
 struct OptimizerArgs {
   OptimizeOptions options;
   std::string timing = "any";
+  std::string objective = "makespan";
   std::vector<std::string> placements;
   bool no_offload = false, no_recompute = false;
   bool quiet = false;

@@ -41,6 +41,9 @@ void OptimizerArgs::add_timing(CLI::App* c) {
 }
 
 void OptimizerArgs::add_rules(CLI::App* c) {
+  c->add_option("--objective", objective,
+                "makespan (the default), or span: the longest per-device span, the period when iterations overlap")
+      ->check(CLI::IsMember({"makespan", "span"}));
   c->add_option("--placement", placements, "only this placement (repeatable): linear, interleaved, vshape")
       ->check(CLI::IsMember({"linear", "interleaved", "vshape"}));
   c->add_option("--chunks", options.rules.chunks_per_device, "only this many chunks per device (virtual stages)")
@@ -76,11 +79,9 @@ void OptimizerArgs::add_to(CLI::App* c) {
 namespace {
 
 void print_progress(const Progress& g) {
-  const std::string best = g.best_makespan_us > 0 ? format_us(g.best_makespan_us) : std::string("none fits yet");
+  const std::string best = g.best_us > 0 ? format_us(g.best_us) : std::string("none fits yet");
   const std::string gap =
-      g.best_makespan_us > 0
-          ? fmt::format("{:.1f}%", 100 * (g.best_makespan_us - g.lower_bound_us) / g.best_makespan_us)
-          : "-";
+      g.best_us > 0 ? fmt::format("{:.1f}%", 100 * (g.best_us - g.lower_bound_us) / g.best_us) : "-";
   std::fprintf(stderr, "[%6.1fs] %9lld candidates  best %-12s bound %-12s gap %s\n", g.elapsed_s,
                static_cast<long long>(g.evaluations), best.c_str(), format_us(g.lower_bound_us).c_str(), gap.c_str());
 }
@@ -90,6 +91,7 @@ void print_progress(const Progress& g) {
 OptimizeOptions OptimizerArgs::parsed() const {
   OptimizeOptions o = options;
   o.any_timing = timing == "any";
+  OPTPIPE_CHECK(parse_objective(objective, &o.objective), "CLI11 checked the name");
   o.rules.offload = !no_offload;
   o.rules.recompute = !no_recompute;
   for (const std::string& name : placements) {

@@ -91,7 +91,7 @@ void add_optimizer_functions(py::module_& m) {
       [](const py::object& problem, double time_limit_s, uint64_t seed, int threads, int64_t max_evaluations,
          bool exact, const std::string& timing, double robust, int robust_samples,
          const std::vector<std::string>& placements, int chunks, bool offload, bool recompute,
-         bool whole_stage_recompute) {
+         bool whole_stage_recompute, const std::string& objective) {
         if (timing != "any" && timing != "exact")
           throw py::value_error("timing: \"any\" or \"exact\", got \"" + timing + "\"");
         OptimizeOptions o;
@@ -113,6 +113,8 @@ void add_optimizer_functions(py::module_& m) {
         o.rules.offload = offload;
         o.rules.recompute = recompute;
         o.rules.whole_stage_recompute = whole_stage_recompute;
+        if (!parse_objective(objective, &o.objective))
+          throw py::value_error("objective: \"makespan\" or \"span\", got \"" + objective + "\"");
         OptimizeResult r;
         const Problem p = problem_arg(problem);
         {
@@ -129,10 +131,11 @@ void add_optimizer_functions(py::module_& m) {
       py::arg("max_evaluations") = 0, py::arg("exact") = false, py::arg("timing") = "any", py::arg("robust") = 0.0,
       py::arg("robust_samples") = 8, py::arg("placements") = std::vector<std::string>{}, py::arg("chunks") = 0,
       py::arg("offload") = true, py::arg("recompute") = true, py::arg("whole_stage_recompute") = false,
+      py::arg("objective") = "makespan",
       "The fastest schedule found that fits (timing=\"any\": under any timing; \"exact\": at the profile's timings): "
       "its figures (as simulate()), outcome, bound, gap, best_family for comparison, rules, stats, problem and "
       "schedule. placements, chunks, offload=False, recompute=False, whole_stage_recompute=True restrict what it may "
-      "contain. "
+      "contain; objective=\"span\" minimizes the longest per-device span instead of the makespan. "
       "robust=σ prefers the schedule "
       "whose p90 makespan under that jitter is least.");
 

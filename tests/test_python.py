@@ -90,6 +90,9 @@ class PythonModule(unittest.TestCase):
         self.assertFalse(any(d["offloads"] for d in plain["schedule"]["devices"]))
         self.assertFalse(any(op.startswith("R") for d in plain["schedule"]["devices"] for op in d["compute"]))
         csv, _ = optpipe.export_csv(plain["schedule"])  # nothing left out
+        span = optpipe.optimize(problem, max_evaluations=500, objective="span")
+        self.assertEqual(span["objective"], "span")
+        self.assertAlmostEqual(span["objective_us"], span["max_span_us"])
         with self.assertRaisesRegex(ValueError, "placements"):
             optpipe.optimize(problem, placements=["ring"])
         noisy = optpipe.evaluate_noise(safe["problem"], safe["schedule"], sigma=0.1, samples=50)

@@ -80,8 +80,7 @@ TEST(Rules, NoOffloadUnderTwoChunksIsInfeasibleWithTheNeededBudget) {
   Problem p = make_uniform_problem(u);
   p.host_link = {1000, 1000, 0};
   for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 2 * u.act_f_bytes - (u.act_f_bytes >> 4);
-  const ScheduleRules no_offload{
-      .placements = {Placement::kInterleaved}, .chunks_per_device = 2, .offload = false};
+  const ScheduleRules no_offload{.placements = {Placement::kInterleaved}, .chunks_per_device = 2, .offload = false};
   OptimizeResult r = optimize(p, quick(no_offload));
   ASSERT_TRUE(r.status.ok()) << r.status.message;
   EXPECT_EQ(r.outcome, Outcome::kInfeasible);
@@ -126,9 +125,9 @@ TEST(Rules, PlacementAndChunks) {
 }
 
 TEST(Rules, OptionsThatCannotHoldTogetherAreRefused) {
-  EXPECT_EQ(optimize(default_problem(), quick({.placements = {Placement::kVShape}, .chunks_per_device = 3}))
-                .status.code,
-            StatusCode::kInvalidInput);
+  EXPECT_EQ(
+      optimize(default_problem(), quick({.placements = {Placement::kVShape}, .chunks_per_device = 3})).status.code,
+      StatusCode::kInvalidInput);
   EXPECT_EQ(optimize(default_problem(), quick({.recompute = false, .whole_stage_recompute = true})).status.code,
             StatusCode::kInvalidInput);
   const Status st = check_rules({.offload = false}, default_problem(),

@@ -60,7 +60,7 @@ std::vector<FamilyRun> run_families(
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 // The fastest run that fits, or nullptr.
-const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs);
+const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective objective = Objective::kMakespan);
 // Marks the runs whose schedules the rules forbid as not applicable, the reason saying which rule.
 void rule_out(const ScheduleRules& rules, std::vector<FamilyRun>* runs);
 

@@ -41,7 +41,7 @@ const char* outcome_name(Outcome o);
 struct Progress {
   double elapsed_s;
   int64_t evaluations;
-  double best_makespan_us;  // of the best fitting schedule so far (0: none yet)
+  double best_us;  // the objective of the best fitting schedule so far (0: none yet)
   double lower_bound_us;
 };
 
@@ -75,6 +75,9 @@ struct OptimizeOptions {
   // repair, exact model and tidy keeps to them. The fastest family for comparison is the fastest
   // the rules allow.
   ScheduleRules rules;
+  // What is minimized: the makespan, or the longest per-device span (the steady-state period
+  // when iterations overlap). The bound, the gap and the outcome follow it.
+  Objective objective = Objective::kMakespan;
 };
 
 struct OptimizeStats {
@@ -84,10 +87,12 @@ struct OptimizeStats {
   bool stopped_by_time = false;
   std::string start_family;      // the family the winning search started from
   double start_makespan_us = 0;  // its makespan before the search
-  // The fastest published family that fits as it is (empty: none fits), for comparison.
+  // The fastest published family (by the objective) that fits as it is and keeps to the rules
+  // (empty: none), for comparison.
   std::string best_family;
   double best_family_makespan_us = 0;
-  double best_family_idle_us = 0;  // summed over devices
+  double best_family_objective_us = 0;  // its makespan or longest span (OptimizeOptions::objective)
+  double best_family_idle_us = 0;       // summed over devices
   std::vector<std::string> placements_searched;
   int exact_solves = 0;     // CP and MILP solves run (OptimizeOptions::exact)
   int64_t exact_nodes = 0;  // their branch-and-bound nodes
@@ -106,9 +111,9 @@ struct [[nodiscard]] OptimizeResult {
   Problem problem;            // the input re-cut to the schedule's placement
   Schedule schedule;          // the best found (over budget when the outcome is kInfeasible)
   Timeline timeline;          // its simulation, with op times and memory curves
-  double lower_bound_us = 0;  // no schedule of the placements searched can be faster
+  double lower_bound_us = 0;  // of the objective: no schedule of the placements searched is better
                               // (makespan_lower_bound, or with `exact` the CP or MILP proof)
-  double gap = 0;             // (makespan − bound) / makespan
+  double gap = 0;             // (objective − bound) / objective
   // Per device: the budget the returned schedule needs (its peak; under any timing, its worst
   // case) and a proven lower bound on what any schedule needs. Filled in every outcome.
   std::vector<int64_t> needed_budget_bytes;
@@ -117,6 +122,10 @@ struct [[nodiscard]] OptimizeResult {
 };
 
 OptimizeResult optimize(const Problem& p, const OptimizeOptions& options);
+
+// No schedule of p has a device whose span is shorter than the longest span's bound: each
+// device's span holds all its work.
+double span_lower_bound(const Problem& p);
 
 // No schedule of p that fits its budget (any order, any offload or recompute) finishes sooner:
 // the latest device's earliest possible start plus all its work, plus the idle before its first

@@ -55,7 +55,7 @@ Schedule repair_memory(const Problem& p, const Schedule& start, int max_rounds, 
 bool settle_transfers(const Problem& p, int max_rounds, Schedule* s);
 
 // Takes out the recomputes, then the offloads, that the schedule does not need: each, the last
-// first, if without it the schedule overflows no more and ends no later. The search's plateau
+// first, if without it the schedule overflows no more and ends no later (by `objective`). The search's plateau
 // walk leaves such ones behind; they cost compute and link time that the simulator's makespan
 // does not show. At most `max_evaluations` simulations, and none after `deadline`.
 struct [[nodiscard]] Tidied {
@@ -65,6 +65,6 @@ struct [[nodiscard]] Tidied {
 // With whole_stage_recompute, recomputes are left as they are (one alone cannot go).
 Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluations,
                      std::chrono::steady_clock::time_point deadline, const NoiseSamples* noise = nullptr,
-                     const ScheduleRules& rules = {});
+                     const ScheduleRules& rules = {}, Objective objective = Objective::kMakespan);
 
 }  // namespace optpipe

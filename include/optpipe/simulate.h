@@ -99,4 +99,12 @@ SimResult simulate(const Problem& p, const Schedule& s, const SimOptions& option
 bool fits_budget(const Problem& p, const Timeline& t);
 bool fits_any_timing(const Problem& p, const Timeline& t);
 
+// What a schedule is judged by: the makespan (first start to last end over all devices), or the
+// longest per-device span (a device's first op start to its last op end: the steady-state period
+// when iterations overlap, the zero-bubble paper's "cost").
+enum class Objective { kMakespan, kSpan };
+const char* objective_name(Objective o);  // "makespan", "span"
+bool parse_objective(const std::string& name, Objective* out);
+double objective_us(const Timeline& t, Objective o);
+
 }  // namespace optpipe

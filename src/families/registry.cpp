@@ -83,10 +83,12 @@ std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
   return out;
 }
 
-const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs) {
+const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective objective) {
   const FamilyRun* best = nullptr;
   for (const FamilyRun& r : runs)
-    if (r.status.ok() && r.fits && (!best || r.timeline.makespan_us < best->timeline.makespan_us)) best = &r;
+    if (r.status.ok() && r.fits &&
+        (!best || objective_us(r.timeline, objective) < objective_us(best->timeline, objective)))
+      best = &r;
   return best;
 }
 

@@ -82,8 +82,12 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
   j["gap"] = r.gap;
   j["placement"] = placement_name(r.problem.placement);
   j["chunks_per_device"] = r.problem.chunks_per_device;
-  j["best_family"] =
-      has_best ? json{{"name", st.best_family}, {"makespan_us", st.best_family_makespan_us}} : json(nullptr);
+  j["objective"] = objective_name(options.objective);
+  j["objective_us"] = objective_us(r.timeline, options.objective);
+  j["best_family"] = has_best ? json{{"name", st.best_family},
+                                     {"makespan_us", st.best_family_makespan_us},
+                                     {"objective_us", st.best_family_objective_us}}
+                              : json(nullptr);
   j["idle_reduction_vs_best_family"] =
       has_best && st.best_family_idle_us > 0 ? 1 - r.timeline.idle_us / st.best_family_idle_us : 0;
   j["needed_budget_bytes"] = r.needed_budget_bytes;

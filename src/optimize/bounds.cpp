@@ -205,4 +205,10 @@ double lower_bound_for(const Problem& p, bool fits_budget) {
   return fits_budget ? makespan_lower_bound(p) : load_lower_bound(p);
 }
 
+double span_lower_bound(const Problem& p) {
+  double bound = 0;
+  for (int d = 0; d < p.num_devices; d++) bound = std::max(bound, p.work_us(d));
+  return bound;
+}
+
 }  // namespace optpipe

@@ -27,11 +27,12 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // relaxation — both hold for every schedule of the placement, offloads and recomputes included.
 void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::vector<const Problem*>* problems,
                std::vector<double>* bounds, OptimizeResult* out) {
+  const Scoring scoring{options.objective, nullptr};
   Score current;
-  OPTPIPE_CHECK(score_schedule(out->problem, out->schedule, &current), "the winner must simulate");
+  OPTPIPE_CHECK(score_schedule(out->problem, out->schedule, &current, scoring), "the winner must simulate");
   std::vector<size_t> open;
   for (size_t k = 0; k < problems->size(); k++)
-    if ((*bounds)[k] < current.makespan_us * (1 - 1e-12)) open.push_back(k);
+    if ((*bounds)[k] < current.objective_us * (1 - 1e-12)) open.push_back(k);
   if (open.empty()) return;  // already proven optimal
   const double share = (options.time_limit_s - seconds_since(t0)) / (2 + 2 * open.size());
   if (share < 0.05) return;
@@ -40,7 +41,7 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
   const bool per_microbatch_recompute = options.rules.recompute && !options.rules.whole_stage_recompute;
   auto consider = [&](const Status& st, Schedule& candidate, const char* how) {
     Score sc;
-    if (st.ok() && score_schedule(out->problem, candidate, &sc) && sc < current) {
+    if (st.ok() && score_schedule(out->problem, candidate, &sc, scoring) && sc < current) {
       current = sc;
       out->schedule = std::move(candidate);
       out->stats.start_family += how;
@@ -67,6 +68,8 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
     out->stats.exact_nodes += sol.nodes;
     consider(sol.status, sol.schedule, " +milp");
   }
+  // The models' bounds are on the makespan, which does not bound a span.
+  if (options.objective == Objective::kSpan) return;
   for (size_t k : open) {
     const Problem& pk = *(*problems)[k];
     CpSolution relaxed = solve_cp(pk, {.memory = false, .time_limit_s = share});

@@ -63,7 +63,7 @@ struct Placements {
 };
 
 Placements placements_of(const std::vector<Start>& starts, int num_searches, const NoiseSpec* robust,
-                         std::vector<std::string>* names) {
+                         Objective objective, std::vector<std::string>* names) {
   Placements out;
   for (int k = 0; k < num_searches; k++) {
     const Problem& sp = starts[k].built.problem;
@@ -71,7 +71,7 @@ Placements placements_of(const std::vector<Start>& starts, int num_searches, con
     if (std::find(names->begin(), names->end(), where) != names->end()) continue;
     names->push_back(where);
     out.problems.push_back(&sp);
-    out.bounds.push_back(makespan_lower_bound(sp));
+    out.bounds.push_back(objective == Objective::kSpan ? span_lower_bound(sp) : makespan_lower_bound(sp));
   }
   if (robust)
     for (const Problem* sp : out.problems) {
@@ -105,11 +105,9 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, doubl
       options.any_timing ? fits_any_timing(out.problem, out.timeline) : fits_budget(out.problem, out.timeline);
   out.budget_lower_bound_bytes = budget_lower_bound(out.problem);
   out.lower_bound_us = bound_us;
-  const double makespan = out.timeline.makespan_us;
-  out.gap = makespan > 0 ? std::max(0.0, (makespan - bound_us) / makespan) : 0;
-  out.outcome = !fits                                ? Outcome::kInfeasible
-                : makespan <= bound_us * (1 + 1e-12) ? Outcome::kOptimal
-                                                     : Outcome::kFeasible;
+  const double value = objective_us(out.timeline, options.objective);
+  out.gap = value > 0 ? std::max(0.0, (value - bound_us) / value) : 0;
+  out.outcome = !fits ? Outcome::kInfeasible : value <= bound_us * (1 + 1e-12) ? Outcome::kOptimal : Outcome::kFeasible;
 }
 
 }  // namespace
@@ -136,13 +134,15 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   std::vector<FamilyRun> runs =
       run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250));
   rule_out(options.rules, &runs);
-  if (const FamilyRun* best = fastest_fitting(runs)) {
+  if (const FamilyRun* best = fastest_fitting(runs, options.objective)) {
     out.stats.best_family = best->family->name;
     out.stats.best_family_makespan_us = best->timeline.makespan_us;
+    out.stats.best_family_objective_us = objective_us(best->timeline, options.objective);
     out.stats.best_family_idle_us = best->timeline.idle_us;
   }
   bool out_of_time = false;
-  std::vector<Start> starts = make_starts(p, runs, options.rules, after(0.25), after(0.5), &out_of_time);
+  std::vector<Start> starts =
+      make_starts(p, runs, options.rules, options.objective, after(0.25), after(0.5), &out_of_time);
   if (starts.empty()) {  // every placement's re-cut of this problem breaks its limits
     std::string why;
     for (const FamilyRun& run : runs)
@@ -155,8 +155,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
 
   // The best few starts are searched; the lower bound holds over every placement among them.
   const int num_searches = std::min<int>(std::max(options.threads, 8), static_cast<int>(starts.size()));
-  Placements placements =
-      placements_of(starts, num_searches, options.robust_sigma > 0 ? &robust : nullptr, &out.stats.placements_searched);
+  Placements placements = placements_of(starts, num_searches, options.robust_sigma > 0 ? &robust : nullptr,
+                                        options.objective, &out.stats.placements_searched);
   const size_t ops = starts[0].built.schedule.num_ops();
   RaceSetup race{.starts = &starts,
                  .num_searches = num_searches,
@@ -172,21 +172,22 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
                  .bound_us = placements.bound(),
                  .noise_for = [&](const Problem& sp) { return placements.noise_for(sp); },
                  .progress = options.progress,
-                 .rules = options.rules};
+                 .rules = options.rules,
+                 .objective = options.objective};
   RaceOutcome raced = race_searches(race);
   out.stats.stopped_by_time = out_of_time || raced.stopped_by_time;
   out.stats.evaluations = raced.best.evaluations;
   out.stats.improvements = raced.best.improvements;
   const Start& st = starts[raced.start];
   out.stats.start_family = st.name;
-  out.stats.start_makespan_us = st.score.makespan_us;
+  out.stats.start_makespan_us = st.score.objective_us;
 
   out.problem = st.built.problem;
   // What the search's plateau walk left behind and the winner does not need (in the time the
   // search left, or as many simulations as the schedule's size allows when it did not bind).
   Tidied tidied = drop_needless(out.problem, raced.best.best,
                                 std::clamp<int64_t>(static_cast<int64_t>(4e7 / std::max<size_t>(ops, 1)), 100, 5000),
-                                after(1), placements.noise_for(out.problem), options.rules);
+                                after(1), placements.noise_for(out.problem), options.rules, options.objective);
   out.schedule = std::move(tidied.schedule);
   out.stats.recomputes_dropped = tidied.recomputes_dropped;
   out.stats.offloads_dropped = tidied.offloads_dropped;
@@ -195,7 +196,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   out.stats.wall_s = seconds_since(t0);
   if (options.progress)
     options.progress({out.stats.wall_s, out.stats.evaluations,
-                      out.outcome != Outcome::kInfeasible ? out.timeline.makespan_us : 0, out.lower_bound_us});
+                      out.outcome != Outcome::kInfeasible ? objective_us(out.timeline, options.objective) : 0,
+                      out.lower_bound_us});
   return out;
 }
 

@@ -29,7 +29,8 @@ SearchResult run_races(const RaceSetup& setup, int k, SearchShared& shared, int*
     r.result.best = starts[r.start].built.schedule;
     r.result.best_score = starts[r.start].score;
     if (const NoiseSamples* noise = setup.noise_for(starts[r.start].built.problem))
-      OPTPIPE_CHECK(score_schedule(starts[r.start].built.problem, r.result.best, &r.result.best_score, noise),
+      OPTPIPE_CHECK(score_schedule(starts[r.start].built.problem, r.result.best, &r.result.best_score,
+                                   {setup.objective, noise}),
                     "a start must simulate");
   }
   int rounds = 1;
@@ -52,7 +53,7 @@ SearchResult run_races(const RaceSetup& setup, int k, SearchShared& shared, int*
         SearchResult more =
             local_search(sp, r->result.best,
                          seed + static_cast<uint64_t>(r->start) * 31 + race * 7 + static_cast<uint64_t>(round), slice,
-                         shared, setup.noise_for(sp), setup.rules);
+                         shared, {setup.objective, setup.noise_for(sp)}, setup.rules);
         evaluations += more.evaluations;
         improvements += more.improvements;
         if (more.best_score < r->result.best_score) r->result = std::move(more);
@@ -103,10 +104,10 @@ RaceOutcome race_searches(const RaceSetup& setup) {
       shared.stop = true;
       out.stopped_by_time = true;
     }
-    const double best = shared.best_fitting_makespan_us.load();
+    const double best = shared.best_fitting_us.load();
     if (setup.until_time && best > 0 && best <= setup.bound_us * (1 + 1e-12)) shared.stop = true;
     if (setup.progress && elapsed - last_progress >= 0.5) {
-      setup.progress({elapsed, shared.evaluations.load(), shared.best_fitting_makespan_us.load(), setup.bound_us});
+      setup.progress({elapsed, shared.evaluations.load(), shared.best_fitting_us.load(), setup.bound_us});
       last_progress = elapsed;
     }
   }

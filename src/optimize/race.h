@@ -27,6 +27,7 @@ struct RaceSetup {
   std::function<const NoiseSamples*(const Problem&)> noise_for;
   std::function<void(const Progress&)> progress;
   ScheduleRules rules;  // every search's moves keep to them
+  Objective objective = Objective::kMakespan;
 };
 
 struct [[nodiscard]] RaceOutcome {

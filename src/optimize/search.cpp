@@ -12,32 +12,33 @@
 
 namespace optpipe {
 
-Score score_of(const Problem& p, const Timeline& t) {
+Score score_of(const Problem& p, const Timeline& t, Objective objective) {
   Score out;
   for (int d = 0; d < p.num_devices; d++) {
     out.overflow_bytes +=
         static_cast<double>(std::max<int64_t>(0, t.devices[d].peak_bytes - p.devices[d].mem_budget_bytes));
     out.sum_end_us += t.devices[d].last_end_us;
   }
-  out.makespan_us = t.makespan_us;
+  out.objective_us = objective_us(t, objective);
   return out;
 }
 
-bool score_schedule(const Problem& p, const Schedule& s, Score* out, const NoiseSamples* noise) {
+bool score_schedule(const Problem& p, const Schedule& s, Score* out, const Scoring& scoring) {
+  const NoiseSamples* noise = scoring.noise;
   // Nominal memory: gate_for_any_timing() makes every schedule that fits nominally fit under any
   // timing at no cost, so the two feasibilities are one.
   SimResult r = simulate(p, s, {.op_times = noise != nullptr, .any_timing = false});
   if (!r.ok()) return false;
-  *out = score_of(p, r.timeline);
+  *out = score_of(p, r.timeline, scoring.objective);
   if (noise && out->overflow_bytes == 0) {
     const Schedule gated = gate_for_any_timing(p, s, r.timeline).schedule;
     std::vector<double> makespans;
     for (const std::vector<double>& factors : *noise) {
       SimResult n = simulate(p, gated, {.op_times = false, .any_timing = false, .duration_factors = &factors});
       if (!n.ok()) return false;
-      makespans.push_back(n.timeline.makespan_us);
+      makespans.push_back(objective_us(n.timeline, scoring.objective));
     }
-    out->makespan_us = quantile(makespans, 0.9);
+    out->objective_us = quantile(makespans, 0.9);
   }
   return true;
 }
@@ -197,21 +198,20 @@ namespace {
 
 void publish_fitting(SearchShared& shared, const Score& s) {
   if (s.overflow_bytes > 0) return;
-  double seen = shared.best_fitting_makespan_us.load();
-  while ((seen == 0 || s.makespan_us < seen) &&
-         !shared.best_fitting_makespan_us.compare_exchange_weak(seen, s.makespan_us)) {
+  double seen = shared.best_fitting_us.load();
+  while ((seen == 0 || s.objective_us < seen) && !shared.best_fitting_us.compare_exchange_weak(seen, s.objective_us)) {
   }
 }
 
 }  // namespace
 
 SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
-                          SearchShared& shared, const NoiseSamples* noise, const ScheduleRules& rules) {
+                          SearchShared& shared, const Scoring& scoring, const ScheduleRules& rules) {
   std::mt19937_64 rng(seed);
   Mover mover(p, rules, rng);
   SearchResult out;
   out.best = start;
-  OPTPIPE_CHECK(score_schedule(p, start, &out.best_score, noise), "the start of a search must simulate");
+  OPTPIPE_CHECK(score_schedule(p, start, &out.best_score, scoring), "the start of a search must simulate");
   publish_fitting(shared, out.best_score);
   Schedule cur = start;
   Score cur_score = out.best_score;
@@ -228,7 +228,7 @@ SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed
     Score sc;
     out.evaluations++;
     shared.evaluations.fetch_add(1, std::memory_order_relaxed);
-    if (!score_schedule(p, cand, &sc, noise)) continue;
+    if (!score_schedule(p, cand, &sc, scoring)) continue;
     Score& old = history[step % kHistory];
     if (sc <= cur_score || sc <= old) {
       cur = std::move(cand);

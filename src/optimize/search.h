@@ -22,23 +22,30 @@ namespace optpipe {
 // across the makespan's plateaus.
 struct Score {
   double overflow_bytes = 0;  // a double: summed over devices it could pass int64
-  double makespan_us = 0;
+  double objective_us = 0;    // the makespan or the longest span (Objective)
   double sum_end_us = 0;
   bool operator<(const Score& o) const {
     if (overflow_bytes != o.overflow_bytes) return overflow_bytes < o.overflow_bytes;
-    if (makespan_us != o.makespan_us) return makespan_us < o.makespan_us;
+    if (objective_us != o.objective_us) return objective_us < o.objective_us;
     return sum_end_us < o.sum_end_us;
   }
   bool operator<=(const Score& o) const { return !(o < *this); }
 };
 
 // The nominal score of a schedule already simulated (its timeline's figures).
-Score score_of(const Problem& p, const Timeline& t);
+Score score_of(const Problem& p, const Timeline& t, Objective objective = Objective::kMakespan);
+
+// How candidates are scored: by which objective, and with `noise` (robust_sigma) by its p90 over
+// those samples, gated to fit under any timing.
+struct Scoring {
+  Objective objective = Objective::kMakespan;
+  const NoiseSamples* noise = nullptr;
+};
 
 // False when the schedule deadlocks (or is otherwise not simulable). With `noise`, a schedule that
 // fits scores the p90 of its gated makespan over the samples (its overflow stays the nominal one:
 // gating makes a nominal fit a fit under any timing).
-bool score_schedule(const Problem& p, const Schedule& s, Score* out, const NoiseSamples* noise = nullptr);
+bool score_schedule(const Problem& p, const Schedule& s, Score* out, const Scoring& scoring = {});
 
 struct [[nodiscard]] SearchResult {
   Schedule best;
@@ -51,12 +58,12 @@ struct [[nodiscard]] SearchResult {
 struct SearchShared {
   std::atomic<bool> stop{false};
   std::atomic<int64_t> evaluations{0};
-  std::atomic<double> best_fitting_makespan_us{0};  // 0: nothing that fits yet
+  std::atomic<double> best_fitting_us{0};  // its objective; 0: nothing that fits yet
 };
 
 // Improves `start` for at most max_evaluations simulated candidates, or until shared.stop is
 // set, its moves keeping to `rules`. Deterministic for a given seed when not stopped early.
 SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
-                          SearchShared& shared, const NoiseSamples* noise = nullptr, const ScheduleRules& rules = {});
+                          SearchShared& shared, const Scoring& scoring = {}, const ScheduleRules& rules = {});
 
 }  // namespace optpipe

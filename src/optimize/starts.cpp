@@ -20,18 +20,18 @@ constexpr int kSettleRounds = 64;  // simulations to hold a start's transfers un
 // every activation offloaded whose lifespan covers the round trip, which often fits outright,
 // with reloads issued two and four reload times ahead (the later ones wait less on a busy link).
 // `scored`: its score when it has been simulated already.
-void add_start(const std::string& name, FamilySchedule built, const ScheduleRules& rules, Clock::time_point deadline,
-               std::vector<Start>* starts, const Score* scored = nullptr) {
+void add_start(const std::string& name, FamilySchedule built, const ScheduleRules& rules, const Scoring& scoring,
+               Clock::time_point deadline, std::vector<Start>* starts, const Score* scored = nullptr) {
   Score sc;
   if (scored)
     sc = *scored;
-  else if (!score_schedule(built.problem, built.schedule, &sc))
+  else if (!score_schedule(built.problem, built.schedule, &sc, scoring))
     return;
   for (int lead : {2, 4}) {
     if (sc.overflow_bytes == 0 || !rules.offload || Clock::now() > deadline) break;
     Schedule offloaded = add_offloads(built.problem, built.schedule, lead);
     Score os;
-    if (score_schedule(built.problem, offloaded, &os) && os < sc)
+    if (score_schedule(built.problem, offloaded, &os, scoring) && os < sc)
       starts->push_back(
           {name + " +offload" + (lead == 2 ? "" : "(lead 4)"), {built.problem, std::move(offloaded)}, os});
   }
@@ -41,8 +41,8 @@ void add_start(const std::string& name, FamilySchedule built, const ScheduleRule
 // Greedy list schedules on the common placements, under activation limits from what an
 // unconstrained pipeline keeps down to one per device: starts for every budget in between. The
 // largest limits come first, on every placement, as they are the fastest once offloaded.
-void add_greedy_starts(const Problem& p, const ScheduleRules& rules, Clock::time_point deadline, bool* out_of_time,
-                       std::vector<Start>* starts) {
+void add_greedy_starts(const Problem& p, const ScheduleRules& rules, const Scoring& scoring, Clock::time_point deadline,
+                       bool* out_of_time, std::vector<Start>* starts) {
   struct Placed {
     Placement placement;
     int v;
@@ -80,7 +80,7 @@ void add_greedy_starts(const Problem& p, const ScheduleRules& rules, Clock::time
         if (!s.ok()) continue;
         add_start(std::string("greedy ") + placement_name(pl.placement) + " v" + std::to_string(pl.v) + " live≤" +
                       std::to_string(pl.limits[i]) + (split ? "" : " fused"),
-                  {pl.problem.value, std::move(s.value)}, rules, deadline, starts);
+                  {pl.problem.value, std::move(s.value)}, rules, scoring, deadline, starts);
       }
     }
   }
@@ -95,13 +95,14 @@ bool has_offloads(const Schedule& s) {
 // The starts that still overflow, the fastest first, until the deadline: the same order with
 // its transfers held until there is room, if that fits; and with activations offloaded or
 // recomputed at every remaining peak.
-void add_repaired_starts(const ScheduleRules& rules, Clock::time_point deadline, bool* out_of_time,
-                         std::vector<Start>* starts) {
+void add_repaired_starts(const ScheduleRules& rules, const Scoring& scoring, Clock::time_point deadline,
+                         bool* out_of_time, std::vector<Start>* starts) {
   std::vector<size_t> over;
   for (size_t i = 0; i < starts->size(); i++)
     if ((*starts)[i].score.overflow_bytes > 0) over.push_back(i);
-  std::stable_sort(over.begin(), over.end(),
-                   [&](size_t a, size_t b) { return (*starts)[a].score.makespan_us < (*starts)[b].score.makespan_us; });
+  std::stable_sort(over.begin(), over.end(), [&](size_t a, size_t b) {
+    return (*starts)[a].score.objective_us < (*starts)[b].score.objective_us;
+  });
   for (size_t i : over) {
     if (Clock::now() > deadline) {
       *out_of_time = true;
@@ -116,7 +117,7 @@ void add_repaired_starts(const ScheduleRules& rules, Clock::time_point deadline,
     if (has_offloads(to_repair[0].built.schedule) && to_repair[0].built.schedule.num_ops() <= kLargeScheduleOps) {
       Start settled{to_repair[0].name + " +settle", to_repair[0].built, {}};
       const bool fits = settle_transfers(settled.built.problem, kSettleRounds, &settled.built.schedule);
-      if (score_schedule(settled.built.problem, settled.built.schedule, &settled.score) &&
+      if (score_schedule(settled.built.problem, settled.built.schedule, &settled.score, scoring) &&
           settled.score < to_repair[0].score)
         (fits ? *starts : to_repair).push_back(std::move(settled));
     }
@@ -129,7 +130,8 @@ void add_repaired_starts(const ScheduleRules& rules, Clock::time_point deadline,
                      {st.built.problem,
                       repair_memory(st.built.problem, st.built.schedule, max_rounds, every_overflow, deadline, rules)},
                      {}};
-      if (score_schedule(repaired.built.problem, repaired.built.schedule, &repaired.score) && repaired.score < st.score)
+      if (score_schedule(repaired.built.problem, repaired.built.schedule, &repaired.score, scoring) &&
+          repaired.score < st.score)
         starts->push_back(std::move(repaired));
     }
   }
@@ -155,17 +157,19 @@ void order_by_kind(std::vector<Start>& starts) {
 }  // namespace
 
 std::vector<Start> make_starts(const Problem& p, std::vector<FamilyRun>& runs, const ScheduleRules& rules,
-                               Clock::time_point greedy_deadline, Clock::time_point deadline, bool* out_of_time) {
+                               Objective objective, Clock::time_point greedy_deadline, Clock::time_point deadline,
+                               bool* out_of_time) {
+  const Scoring scoring{objective, nullptr};
   std::vector<Start> starts;
   for (FamilyRun& run : runs)
     if (run.status.ok()) {
-      const Score scored = score_of(run.built.problem, run.timeline);
-      add_start(run.family->name, std::move(run.built), rules, deadline, &starts, &scored);
+      const Score scored = score_of(run.built.problem, run.timeline, objective);
+      add_start(run.family->name, std::move(run.built), rules, scoring, deadline, &starts, &scored);
     }
   *out_of_time = Clock::now() > deadline;
-  if (!*out_of_time) add_greedy_starts(p, rules, greedy_deadline, out_of_time, &starts);
+  if (!*out_of_time) add_greedy_starts(p, rules, scoring, greedy_deadline, out_of_time, &starts);
   if (starts.empty()) return starts;
-  add_repaired_starts(rules, deadline, out_of_time, &starts);
+  add_repaired_starts(rules, scoring, deadline, out_of_time, &starts);
   std::stable_sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) { return a.score < b.score; });
   order_by_kind(starts);
   return starts;

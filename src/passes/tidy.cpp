@@ -8,10 +8,11 @@ namespace optpipe {
 
 Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluations,
                      std::chrono::steady_clock::time_point deadline, const NoiseSamples* noise,
-                     const ScheduleRules& rules) {
+                     const ScheduleRules& rules, Objective objective) {
+  const Scoring scoring{objective, noise};
   Tidied out{s, 0, 0};
   Score cur;
-  OPTPIPE_CHECK(score_schedule(p, s, &cur, noise), "a schedule to tidy must simulate");
+  OPTPIPE_CHECK(score_schedule(p, s, &cur, scoring), "a schedule to tidy must simulate");
   int64_t evaluations = 0;
   auto can_go_on = [&] { return evaluations < max_evaluations && std::chrono::steady_clock::now() < deadline; };
   // Keeps `change` (to device d) if the schedule then overflows no more and ends no later.
@@ -20,8 +21,8 @@ Tidied drop_needless(const Problem& p, const Schedule& s, int64_t max_evaluation
     change(cand.devices[d]);
     Score sc;
     evaluations++;
-    if (!score_schedule(p, cand, &sc, noise) || sc.overflow_bytes > cur.overflow_bytes ||
-        sc.makespan_us > cur.makespan_us)
+    if (!score_schedule(p, cand, &sc, scoring) || sc.overflow_bytes > cur.overflow_bytes ||
+        sc.objective_us > cur.objective_us)
       return false;
     cur = sc;
     out.schedule = std::move(cand);

@@ -1,4 +1,5 @@
-// Whether a simulated schedule fits its budgets, at the profile's timings and under any timing.
+// Whether a simulated schedule fits its budgets, at the profile's timings and under any timing;
+// and the objective a timeline is judged by.
 #include "optpipe/simulate.h"
 
 namespace optpipe {
@@ -19,5 +20,15 @@ bool fits_budget(const Problem& p, const Timeline& t) { return within_budgets(p,
 bool fits_any_timing(const Problem& p, const Timeline& t) {
   return within_budgets(p, t, &DeviceFigures::worst_peak_bytes);
 }
+
+const char* objective_name(Objective o) { return o == Objective::kSpan ? "span" : "makespan"; }
+
+bool parse_objective(const std::string& name, Objective* out) {
+  if (name != "makespan" && name != "span") return false;
+  *out = name == "span" ? Objective::kSpan : Objective::kMakespan;
+  return true;
+}
+
+double objective_us(const Timeline& t, Objective o) { return o == Objective::kSpan ? t.max_span_us : t.makespan_us; }
 
 }  // namespace optpipe
