@@ -176,9 +176,12 @@ int run_plan(const PlanArgs& a) {
                       {"schedules", table.json},
                       {"outcome", outcome_name(r.outcome)},
                       {"timing", options.any_timing ? "any" : "exact"},
-                      {"best_family",
-                       best ? nlohmann::json{{"name", best->family->name}, {"makespan_us", best->timeline.makespan_us}}
-                            : nlohmann::json(nullptr)},
+                      {"objective", objective_name(options.objective)},
+                      {"rules", optimize_json(r, options)["rules"]},
+                      {"best_family", best ? nlohmann::json{{"name", best->family->name},
+                                                            {"makespan_us", best->timeline.makespan_us},
+                                                            {"objective_us", table.best_us}}
+                                           : nlohmann::json(nullptr)},
                       {"needed_budget_bytes", r.needed_budget_bytes},
                       {"search",
                        {{"wall_s", r.stats.wall_s},

@@ -41,9 +41,6 @@ void OptimizerArgs::add_timing(CLI::App* c) {
 }
 
 void OptimizerArgs::add_rules(CLI::App* c) {
-  c->add_option("--objective", objective,
-                "makespan (the default), or span: the longest per-device span, the period when iterations overlap")
-      ->check(CLI::IsMember({"makespan", "span"}));
   c->add_option("--placement", placements, "only this placement (repeatable): linear, interleaved, vshape")
       ->check(CLI::IsMember({"linear", "interleaved", "vshape"}));
   c->add_option("--chunks", options.rules.chunks_per_device, "only this many chunks per device (virtual stages)")
@@ -57,6 +54,9 @@ void OptimizerArgs::add_rules(CLI::App* c) {
 void OptimizerArgs::add_to(CLI::App* c) {
   add_timing(c);
   add_rules(c);
+  c->add_option("--objective", objective,
+                "makespan (the default), or span: the longest per-device span, the period when iterations overlap")
+      ->check(CLI::IsMember({"makespan", "span"}));
   c->add_option("--robust", options.robust_sigma,
                 "prefer the schedule whose makespan degrades least: score by the p90 makespan under per-op jitter of "
                 "this sigma (e.g. 0.1)")
@@ -133,7 +133,8 @@ std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions
   const auto limit = std::chrono::duration<double>(options.time_limit_s);
   std::vector<FamilyRun> runs = run_families(
       p, sim,
-      t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(limit) + std::chrono::milliseconds(250));
+      t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(limit) + std::chrono::milliseconds(250),
+      options.rules.chunks_per_device);
   rule_out(options.rules, &runs);
   const double spent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   options.time_limit_s = std::max(0.01, options.time_limit_s - spent_s);

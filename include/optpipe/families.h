@@ -53,11 +53,12 @@ struct FamilyRun {
   bool fits = false;             // every device's peak within its budget
   bool fits_any_timing = false;  // ... and its worst case over every timing (any_timing.h)
 };
-// Every family, built, validated and simulated. A family not started by `deadline` comes back
-// with a status saying so.
+// Every family, built, validated and simulated (the interleaved ones at `interleaved_chunks` chunks
+// per device; 0: their own). A family not started by `deadline` comes back with a status saying so.
 std::vector<FamilyRun> run_families(
     const Problem& p, const SimOptions& sim,
-    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
+    int interleaved_chunks = 0);
 
 // The fastest run that fits, or nullptr.
 const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective objective = Objective::kMakespan);

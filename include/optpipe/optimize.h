@@ -85,8 +85,8 @@ struct OptimizeStats {
   int64_t evaluations = 0;   // candidates simulated
   int64_t improvements = 0;  // times the best got better during the search
   bool stopped_by_time = false;
-  std::string start_family;      // the family the winning search started from
-  double start_makespan_us = 0;  // its makespan before the search
+  std::string start_family;       // the family the winning search started from
+  double start_objective_us = 0;  // its objective (makespan or span) before the search
   // The fastest published family (by the objective) that fits as it is and keeps to the rules
   // (empty: none), for comparison.
   std::string best_family;

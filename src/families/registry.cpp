@@ -56,7 +56,7 @@ Result<FamilySchedule> build_family(const Family& f, const Problem& p, int chunk
 }
 
 std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
-                                    std::chrono::steady_clock::time_point deadline) {
+                                    std::chrono::steady_clock::time_point deadline, int interleaved_chunks) {
   std::vector<FamilyRun> out;
   for (const Family& f : families()) {
     FamilyRun run;
@@ -66,7 +66,7 @@ std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
       out.push_back(std::move(run));
       continue;
     }
-    Result<FamilySchedule> fs = build_family(f, p);
+    Result<FamilySchedule> fs = build_family(f, p, f.placement == Placement::kInterleaved ? interleaved_chunks : 0);
     if (!fs.ok()) {
       run.status = fs.status;
       out.push_back(std::move(run));

@@ -108,7 +108,7 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
                 {"improvements", st.improvements},
                 {"stopped_by_time", st.stopped_by_time},
                 {"start_family", st.start_family},
-                {"start_makespan_us", st.start_makespan_us},
+                {"start_objective_us", st.start_objective_us},
                 {"placements_searched", st.placements_searched},
                 {"exact_solves", st.exact_solves},
                 {"exact_nodes", st.exact_nodes},

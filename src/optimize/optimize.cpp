@@ -132,7 +132,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s * share));
   };
   std::vector<FamilyRun> runs =
-      run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250));
+      run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250),
+                   options.rules.chunks_per_device);
   rule_out(options.rules, &runs);
   if (const FamilyRun* best = fastest_fitting(runs, options.objective)) {
     out.stats.best_family = best->family->name;
@@ -180,7 +181,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   out.stats.improvements = raced.best.improvements;
   const Start& st = starts[raced.start];
   out.stats.start_family = st.name;
-  out.stats.start_makespan_us = st.score.objective_us;
+  out.stats.start_objective_us = st.score.objective_us;
 
   out.problem = st.built.problem;
   // What the search's plateau walk left behind and the winner does not need (in the time the

@@ -54,7 +54,7 @@ void add_greedy_starts(const Problem& p, const ScheduleRules& rules, const Scori
   const int interleaved_v = rules.chunks_per_device > 0 ? rules.chunks_per_device : 2;
   for (const auto& [placement, v] :
        {std::pair{Placement::kLinear, 1}, {Placement::kVShape, 2}, {Placement::kInterleaved, interleaved_v}}) {
-    if (!rules.allows_placement(placement, v)) continue;
+    if (!rules.allows_placement(placement, v) || (placement == Placement::kInterleaved && v < 2)) continue;
     Placed pl{placement, v, rechunk(p, placement, v), {}};
     if (!pl.problem.ok()) continue;
     const int most = std::min(p.num_microbatches * v, 2 * p.num_devices * v);

@@ -115,8 +115,9 @@ class DeviceRepair {
       return {until, st.act_f_bytes};
     }
     if (c.was_offloaded) remove_offload(ds_, back.stage, back.microbatch);
+    // Recomputed already this round with its stage: it frees its activation at the peak all the same.
     if (find_op(ds_.compute, Op{OpKind::kR, back.stage, back.microbatch}) >= 0)
-      return {c.back_start_us, 0};  // its stage's, this round
+      return {c.back_start_us, st.act_f_bytes - st.act_input_bytes};
     recompute(back.stage, back.microbatch);
     // Whole-stage recompute: every microbatch of the stage (only this one's bytes are counted
     // here; the next simulation sees the rest).

@@ -32,15 +32,18 @@ std::string ScheduleRules::describe() const {
 
 Status check_rules_options(const ScheduleRules& rules) {
   if (rules.chunks_per_device < 0 || rules.chunks_per_device > 64)
-    return Status::Invalid("chunks per device: must be in [1, 64], got " + std::to_string(rules.chunks_per_device));
+    return Status::Invalid("chunks per device: must be in [1, 64] (0: any), got " +
+                           std::to_string(rules.chunks_per_device));
   if (rules.chunks_per_device > 0 && !rules.placements.empty()) {
     bool some = false;
     for (Placement p : rules.placements)
-      some = some || p == Placement::kInterleaved || (p == Placement::kVShape && rules.chunks_per_device == 2) ||
+      some = some || (p == Placement::kInterleaved && rules.chunks_per_device >= 2) ||
+             (p == Placement::kVShape && rules.chunks_per_device == 2) ||
              (p == Placement::kLinear && rules.chunks_per_device == 1);
     if (!some)
       return Status::Invalid(std::to_string(rules.chunks_per_device) +
-                             " chunks per device: no placement asked for has that many (linear has 1, V-shape 2)");
+                             " chunks per device: no placement asked for has that many (linear has 1, V-shape 2, "
+                             "interleaved 2 or more)");
   }
   if (rules.whole_stage_recompute && !rules.recompute)
     return Status::Invalid("whole-stage recompute and no recompute do not go together");
