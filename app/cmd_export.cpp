@@ -33,21 +33,13 @@ int run_export(const ExportArgs& a) {
   } else if (a.format == "svg") {
     text = schedule_svg(p, s, t.value, what);
   } else {  // csv
-    CsvExport csv = pytorch_csv(s);
-    if (csv.memory_ops_dropped > 0 && !a.drop_memory_ops) {
-      std::string named;
-      for (const std::string& op : csv.dropped) named += (named.empty() ? "" : ", ") + op;
-      if (csv.memory_ops_dropped > static_cast<int>(csv.dropped.size()))
-        named += " and " + std::to_string(csv.memory_ops_dropped - static_cast<int>(csv.dropped.size())) + " more";
-      return fail(Status::Invalid(what + ": PyTorch's CSV cannot express its " +
-                                  std::to_string(csv.memory_ops_dropped) + " recompute/offload op(s) (" + named +
-                                  "), and without them the schedule may not fit its budget. Use optpipe's JSON, "
-                                  "optimize with --no-offload --no-recompute, or pass --drop-memory-ops"));
-    }
-    for (const std::string& note : csv.notes) std::fprintf(stderr, "optpipe: note: %s\n", note.c_str());
-    if (csv.memory_ops_dropped > 0)
-      std::fprintf(stderr, "optpipe: warning: the CSV schedule may not fit the budget without them\n");
-    text = csv.csv;
+    Result<CsvExport> csv = pytorch_csv(s, a.drop_memory_ops);
+    if (!csv.ok())
+      return fail(Status::Invalid(what + ": " + csv.status.message +
+                                  ". Use optpipe's JSON, optimize with --no-offload --no-recompute, or pass "
+                                  "--drop-memory-ops"));
+    for (const std::string& note : csv.value.notes) std::fprintf(stderr, "optpipe: note: %s\n", note.c_str());
+    text = csv.value.csv;
   }
   Status st = emit(a.out_path, text);
   return st.ok() ? kExitOk : fail(st);

@@ -72,10 +72,6 @@ struct PlanTable {
   nlohmann::json json = nlohmann::json::array();
   double best_us = 0;
 
-  // A bound that holds for a row's schedule of `fp` by the objective.
-  double bound_for(const Problem& fp, bool row_fits) const {
-    return objective == Objective::kSpan ? span_lower_bound(fp) : lower_bound_for(fp, row_fits);
-  }
   void add(const std::string& name, const Problem& fp, const Timeline& t, bool row_fits, double bound) {
     const double value = objective_us(t, objective);
     const double gap = value > 0 ? (value - bound) / value : 0;
@@ -159,11 +155,13 @@ int run_plan(const PlanArgs& a) {
   table.best_us = best ? objective_us(best->timeline, options.objective) : 0;
   for (const FamilyRun& o : runs) {
     if (o.status.ok())
-      table.add(o.family->name, o.built.problem, o.timeline, o.fits, table.bound_for(o.built.problem, o.fits));
+      table.add(o.family->name, o.built.problem, o.timeline, o.fits,
+                lower_bound_for(o.built.problem, o.fits, options.objective));
     else
       table.add_not_applicable(o);
   }
-  table.add("optimized", r.problem, r.timeline, fits, fits ? r.lower_bound_us : table.bound_for(r.problem, false));
+  table.add("optimized", r.problem, r.timeline, fits,
+            fits ? r.lower_bound_us : lower_bound_for(r.problem, false, options.objective));
   if (Status st = write_plan_files(a, p, r, runs); !st.ok()) return fail(st);
 
   if (!a.as_json) {
@@ -177,7 +175,7 @@ int run_plan(const PlanArgs& a) {
                       {"outcome", outcome_name(r.outcome)},
                       {"timing", options.any_timing ? "any" : "exact"},
                       {"objective", objective_name(options.objective)},
-                      {"rules", optimize_json(r, options)["rules"]},
+                      {"rules", rules_json(options.rules)},
                       {"best_family", best ? nlohmann::json{{"name", best->family->name},
                                                             {"makespan_us", best->timeline.makespan_us},
                                                             {"objective_us", table.best_us}}

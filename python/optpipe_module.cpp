@@ -205,13 +205,9 @@ void add_export_functions(py::module_& m) {
   m.def(
       "export_csv",
       [](const py::object& schedule, bool drop_memory_ops) {
-        CsvExport csv = pytorch_csv(value_or_raise(schedule_from_json(to_text(schedule))));
-        if (csv.memory_ops_dropped > 0 && !drop_memory_ops)
-          throw py::value_error("PyTorch's CSV cannot express the schedule's " +
-                                std::to_string(csv.memory_ops_dropped) +
-                                " recompute/offload op(s) (first: " + csv.dropped.front() +
-                                "); pass drop_memory_ops=True to leave them out (the result may not fit)");
-        return py::make_tuple(csv.csv, csv.notes);
+        Result<CsvExport> csv = pytorch_csv(value_or_raise(schedule_from_json(to_text(schedule))), drop_memory_ops);
+        if (!csv.ok()) throw py::value_error(csv.status.message + "; pass drop_memory_ops=True to leave them out");
+        return py::make_tuple(csv.value.csv, csv.value.notes);
       },
       py::arg("schedule"), py::arg("drop_memory_ops") = false,
       "PyTorch pipelining CSV (compute_only) and notes; a schedule with recomputes or offloads is refused unless "

@@ -64,7 +64,9 @@ TEST(ChromeTrace, OneEventPerOpWithRealDurations) {
 
 TEST(PytorchCsv, ActionsPerRank) {
   Built b = build("zb-v");
-  CsvExport csv = pytorch_csv(b.fs.schedule);
+  Result<CsvExport> exported = pytorch_csv(b.fs.schedule);
+  ASSERT_TRUE(exported.ok()) << exported.status.message;
+  const CsvExport& csv = exported.value;
   EXPECT_TRUE(csv.notes.empty());
   EXPECT_EQ(count(csv.csv, "\n"), 4u);
   const std::regex action(R"((\d+)(F|I|W|B)(\d+))");
@@ -81,7 +83,13 @@ TEST(PytorchCsv, ActionsPerRank) {
   EXPECT_EQ(csv.csv.substr(0, 4), "0F0,");
   EXPECT_NE(csv.csv.find("7I0"), std::string::npos);
 
-  CsvExport rc = pytorch_csv(build("1f1b-recompute").fs.schedule);
+  const Schedule recomputing = build("1f1b-recompute").fs.schedule;
+  Result<CsvExport> refused = pytorch_csv(recomputing);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status.message.find("R0 s0"), std::string::npos) << refused.status.message;
+  Result<CsvExport> dropped = pytorch_csv(recomputing, /*drop_memory_ops=*/true);
+  ASSERT_TRUE(dropped.ok());
+  const CsvExport& rc = dropped.value;
   ASSERT_EQ(rc.notes.size(), 1u);
   EXPECT_NE(rc.notes[0].find("recompute"), std::string::npos);
   EXPECT_EQ(rc.csv.find('R'), std::string::npos);

@@ -5,7 +5,7 @@
 //
 //   SimResult r = simulate(p, s, {.op_times = true, .memory_curve = true});
 //   std::string trace = chrome_trace_json(p, s, r.timeline);   // chrome://tracing, Perfetto
-//   CsvExport csv = pytorch_csv(s);                             // torch.distributed.pipelining
+//   Result<CsvExport> csv = pytorch_csv(s);                     // torch.distributed.pipelining
 //   std::string svg = schedule_svg(p, s, r.timeline, "zb-v");  // Gantt + memory curves
 #pragma once
 
@@ -27,17 +27,14 @@ std::string chrome_trace_json(const Problem& p, const Schedule& s, const Timelin
 
 // PyTorch torch.distributed.pipelining CSV, compute_only form (torch ≥ 2.6 action names): one
 // row per rank, one cell per action "{stage}{F|I|W|B}{microbatch}", I = input-gradient B,
-// B = fused BW. Offloads, reloads and recomputes have no action there; `notes` says what was
-// left out (empty when nothing was).
-// The CSV cannot say "recompute" or "offload": those are left out, counted and named, and the
-// schedule exported without them may overflow its budget.
+// B = fused BW. Offloads, reloads and recomputes have no action there, and without them the
+// schedule may overflow its budget: such a schedule is refused (InvalidInput naming the first of
+// them) unless `drop_memory_ops`, and then `notes` says what was left out (empty when nothing was).
 struct [[nodiscard]] CsvExport {
   std::string csv;
   std::vector<std::string> notes;
-  int memory_ops_dropped = 0;        // recomputes plus offload/reload pairs left out
-  std::vector<std::string> dropped;  // the first few of them, e.g. "R3 s1", "OFFLOAD0 s2"
 };
-CsvExport pytorch_csv(const Schedule& s);
+Result<CsvExport> pytorch_csv(const Schedule& s, bool drop_memory_ops = false);
 
 // One SVG: per device a compute lane and its offload and reload lanes (ops coloured by kind,
 // microbatch on each box, later chunks lighter, idle time blank), a time axis in ms, then per

@@ -138,9 +138,10 @@ double makespan_lower_bound(const Problem& p);
 // work, and one microbatch's own chain.
 double load_lower_bound(const Problem& p);
 
-// A bound that holds for one given schedule of p: makespan_lower_bound when that schedule fits the
-// budget, else load_lower_bound (a schedule over budget is not bound by what the budget forces).
-double lower_bound_for(const Problem& p, bool fits_budget);
+// A bound on `objective` that holds for one given schedule of p: for the span, span_lower_bound;
+// for the makespan, makespan_lower_bound when that schedule fits the budget, else
+// load_lower_bound (a schedule over budget is not bound by what the budget forces).
+double lower_bound_for(const Problem& p, bool fits_budget, Objective objective = Objective::kMakespan);
 
 // No schedule of p fits device d in less: static memory plus the largest single op's activation
 // and workspace on it.

@@ -26,6 +26,10 @@ nlohmann::json problem_summary_json(const Problem& p);
 // The families: name, placement, chunks_per_device, description.
 nlohmann::json families_json();
 
+// The rules the answer kept to: placements, chunks_per_device (0: any), offload, recompute,
+// whole_stage_recompute.
+nlohmann::json rules_json(const ScheduleRules& rules);
+
 // An optimizer's answer: its timeline's figures (as timeline_json), then outcome, lower bound,
 // gap, placement, best_family ({name, makespan_us} of the fastest published family that fits,
 // or null), idle_reduction_vs_best_family, needed and lower-bound budgets, timing, robust, and

@@ -2,11 +2,12 @@
 
 namespace optpipe {
 
-CsvExport pytorch_csv(const Schedule& s) {
+Result<CsvExport> pytorch_csv(const Schedule& s, bool drop_memory_ops) {
   CsvExport out;
   int recomputes = 0, offloads = 0;
+  std::string named;  // the first three left out
   auto drop = [&](const Op& op) {
-    if (out.dropped.size() < 3) out.dropped.push_back(op_name(op));
+    if (recomputes + offloads <= 3) named += (named.empty() ? "" : ", ") + op_name(op);
   };
   for (const DeviceSchedule& ds : s.devices) {
     std::string row;
@@ -26,20 +27,30 @@ CsvExport pytorch_csv(const Schedule& s) {
       if (!row.empty()) row += ",";
       row += std::to_string(op.stage) + action + std::to_string(op.microbatch);
     }
-    offloads += static_cast<int>(ds.offloads.size());
-    for (const Op& op : ds.offloads) drop(op);
+    for (const Op& op : ds.offloads) {
+      offloads++;
+      drop(op);
+    }
     out.csv += row + "\n";
   }
-  out.memory_ops_dropped = recomputes + offloads;
+  const int dropped = recomputes + offloads;
+  if (dropped > 0 && !drop_memory_ops)
+    return Result<CsvExport>::Error(Status::Invalid(
+        "PyTorch's CSV cannot express the schedule's " + std::to_string(dropped) + " recompute/offload op(s) (" +
+        named + (dropped > 3 ? " and " + std::to_string(dropped - 3) + " more" : "") +
+        "), and without them it may not fit its budget"));
+  const std::string unfit = "; without them the schedule may not fit its budget";
   if (recomputes > 0)
     out.notes.push_back(std::to_string(recomputes) +
                         " recompute op(s) left out: PyTorch's CSV has no recompute action (use activation "
-                        "checkpointing on those stages, or optpipe's own JSON)");
+                        "checkpointing on those stages, or optpipe's own JSON)" +
+                        unfit);
   if (offloads > 0)
     out.notes.push_back(std::to_string(offloads) +
                         " offload/reload pair(s) left out: PyTorch's CSV has no offload action (keep optpipe's "
-                        "own JSON for them)");
-  return out;
+                        "own JSON for them)" +
+                        unfit);
+  return Result<CsvExport>::Of(std::move(out));
 }
 
 }  // namespace optpipe

@@ -72,6 +72,16 @@ nlohmann::json families_json() {
   return out;
 }
 
+nlohmann::json rules_json(const ScheduleRules& rules) {
+  nlohmann::json placements = nlohmann::json::array();
+  for (Placement p : rules.placements) placements.push_back(placement_name(p));
+  return {{"placements", placements},
+          {"chunks_per_device", rules.chunks_per_device},
+          {"offload", rules.offload},
+          {"recompute", rules.recompute},
+          {"whole_stage_recompute", rules.whole_stage_recompute}};
+}
+
 nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& options) {
   using json = nlohmann::json;
   const OptimizeStats& st = r.stats;
@@ -93,14 +103,7 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
   j["needed_budget_bytes"] = r.needed_budget_bytes;
   j["budget_lower_bound_bytes"] = r.budget_lower_bound_bytes;
   j["timing"] = options.any_timing ? "any" : "exact";
-  const ScheduleRules& rules = options.rules;
-  json placements = json::array();
-  for (Placement p : rules.placements) placements.push_back(placement_name(p));
-  j["rules"] = {{"placements", placements},
-                {"chunks_per_device", rules.chunks_per_device},
-                {"offload", rules.offload},
-                {"recompute", rules.recompute},
-                {"whole_stage_recompute", rules.whole_stage_recompute}};
+  j["rules"] = rules_json(options.rules);
   j["robust"] = options.robust_sigma > 0 ? json{{"sigma", options.robust_sigma}, {"samples", options.robust_samples}}
                                          : json(nullptr);
   j["stats"] = {{"wall_s", st.wall_s},

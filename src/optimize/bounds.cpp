@@ -201,7 +201,8 @@ std::vector<int64_t> budget_lower_bound(const Problem& p) {
   return out;
 }
 
-double lower_bound_for(const Problem& p, bool fits_budget) {
+double lower_bound_for(const Problem& p, bool fits_budget, Objective objective) {
+  if (objective == Objective::kSpan) return span_lower_bound(p);
   return fits_budget ? makespan_lower_bound(p) : load_lower_bound(p);
 }
 

@@ -71,7 +71,7 @@ Placements placements_of(const std::vector<Start>& starts, int num_searches, con
     if (std::find(names->begin(), names->end(), where) != names->end()) continue;
     names->push_back(where);
     out.problems.push_back(&sp);
-    out.bounds.push_back(objective == Objective::kSpan ? span_lower_bound(sp) : makespan_lower_bound(sp));
+    out.bounds.push_back(lower_bound_for(sp, /*fits_budget=*/true, objective));
   }
   if (robust)
     for (const Problem* sp : out.problems) {
