@@ -44,9 +44,9 @@ Row noise_cells(const NoiseReport& n) {
 Status family_row(const FamilyRun& o, const std::optional<NoiseSpec>& noise, Row* row, nlohmann::json* j) {
   const Family& f = *o.family;
   if (!o.status.ok()) {
-    *row = {f.name, placement_label(f), "-", "-", "-", "-", "-", "n/a", o.status.message};
+    *row = {o.label, placement_label(f), "-", "-", "-", "-", "-", "n/a", o.status.message};
     if (noise) row->insert(row->begin() + 3, {"-", "-", "-", "-"});
-    *j = {{"family", f.name}, {"status", "not applicable"}, {"reason", o.status.message}};
+    *j = family_run_json(o);
     return Status::Ok();
   }
   const Timeline& t = o.timeline;
@@ -57,7 +57,7 @@ Status family_row(const FamilyRun& o, const std::optional<NoiseSpec>& noise, Row
   for (const DeviceFigures& d : t.devices) worst = std::max(worst, d.worst_peak_bytes);
   char bubble[32];
   std::snprintf(bubble, sizeof bubble, "%.1f%%", 100 * t.bubble_ratio);
-  *row = {f.name,
+  *row = {o.label,
           placement_label(f),
           format_us(t.makespan_us),
           format_us(bound),
@@ -66,7 +66,7 @@ Status family_row(const FamilyRun& o, const std::optional<NoiseSpec>& noise, Row
           format_bytes(worst),
           fits_cell(o.fits_any_timing, o.fits),
           peaks_per_device(t)};
-  *j = timeline_json(o.built.problem, t);
+  *j = family_run_json(o);
   if (noise) {
     Result<NoiseReport> r = evaluate_noise(o.built.problem, o.built.schedule, *noise);
     if (!r.ok()) return r.status;
@@ -75,10 +75,6 @@ Status family_row(const FamilyRun& o, const std::optional<NoiseSpec>& noise, Row
     (*j)["noise"] = noise_json(*noise, r.value);
   }
   (*j)["lower_bound_us"] = bound;
-  (*j)["family"] = f.name;
-  (*j)["status"] = "ok";
-  (*j)["placement"] = placement_name(o.built.problem.placement);
-  (*j)["chunks_per_device"] = o.built.problem.chunks_per_device;
   return Status::Ok();
 }
 

@@ -22,16 +22,23 @@ struct OptimizeArgs {
 void print_optimized(const Problem& input, const OptimizeOptions& options, const OptimizeResult& r) {
   const OptimizeStats& st = r.stats;
   const Timeline& t = r.timeline;
-  const bool has_best = !st.best_family.empty();
-  const double idle_reduction = has_best && st.best_family_idle_us > 0 ? 1 - t.idle_us / st.best_family_idle_us : 0;
+  const bool has_best = !st.best_family.label.empty();
+  const double idle_reduction = st.best_family.idle_us > 0 ? 1 - t.idle_us / st.best_family.idle_us : 0;
   std::printf("problem: %s\n", problem_summary(input).c_str());
   if (options.rules.any()) std::printf("rules: %s\n", options.rules.describe().c_str());
   const bool span = options.objective == Objective::kSpan;
   if (span) std::printf("objective: the longest per-device span\n");
-  if (has_best)
-    std::printf("best family that fits: %s, %s%s\n", st.best_family.c_str(),
-                format_us(st.best_family_objective_us).c_str(), span ? " span" : "");
-  else
+  if (has_best) {
+    std::printf("best family that fits: %s, %s%s", st.best_family.label.c_str(),
+                format_us(st.best_family.objective_us).c_str(), span ? " span" : "");
+    if (st.best_published_family.label != st.best_family.label)
+      std::printf(
+          " (as published: %s)",
+          st.best_published_family.label.empty()
+              ? "none fits"
+              : (st.best_published_family.label + ", " + format_us(st.best_published_family.objective_us)).c_str());
+    std::printf("\n");
+  } else
     std::printf("no family fits the budget\n");
   if (r.outcome != Outcome::kInfeasible) {
     std::printf("optimized (%s v%d, from %s): %s, bubble %.1f%%, idle time %.1f%% lower than the best family\n",

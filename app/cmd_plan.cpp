@@ -72,7 +72,8 @@ struct PlanTable {
   nlohmann::json json = nlohmann::json::array();
   double best_us = 0;
 
-  void add(const std::string& name, const Problem& fp, const Timeline& t, bool row_fits, double bound) {
+  void add(const std::string& name, const Problem& fp, const Timeline& t, bool row_fits, double bound,
+           nlohmann::json row_json = nlohmann::json::object()) {
     const double value = objective_us(t, objective);
     const double gap = value > 0 ? (value - bound) / value : 0;
     OPTPIPE_CHECK(gap > -1e-9, name + ": its lower bound " + std::to_string(bound) + " µs is above its " +
@@ -82,22 +83,23 @@ struct PlanTable {
     rows.push_back({name, fits_cell(any, row_fits), format_us(value), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
                     format_bytes(max_peak(t)), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-", format_us(bound),
                     fmt::format("{:.1f}%", 100 * gap)});
-    json.push_back({{"schedule", name},
-                    {"placement", placement_name(fp.placement)},
-                    {"chunks_per_device", fp.chunks_per_device},
-                    {"fits_budget", row_fits},
-                    {"fits_any_timing", any},
-                    {"makespan_us", t.makespan_us},
-                    {"max_span_us", t.max_span_us},
-                    {"bubble_ratio", t.bubble_ratio},
-                    {"peak_bytes", max_peak(t)},
-                    {"speedup_vs_best_family", speedup},
-                    {"lower_bound_us", bound},
-                    {"gap", gap}});
+    row_json.update({{"schedule", name},
+                     {"placement", placement_name(fp.placement)},
+                     {"chunks_per_device", fp.chunks_per_device},
+                     {"fits_budget", row_fits},
+                     {"fits_any_timing", any},
+                     {"makespan_us", t.makespan_us},
+                     {"max_span_us", t.max_span_us},
+                     {"bubble_ratio", t.bubble_ratio},
+                     {"peak_bytes", max_peak(t)},
+                     {"speedup_vs_best_family", speedup},
+                     {"lower_bound_us", bound},
+                     {"gap", gap}});
+    json.push_back(std::move(row_json));
   }
   void add_not_applicable(const FamilyRun& o) {
-    rows.push_back({o.family->name, "n/a", "-", "-", "-", "-", "-", o.status.message});
-    json.push_back({{"schedule", o.family->name}, {"status", "not applicable"}, {"reason", o.status.message}});
+    rows.push_back({o.label, "n/a", "-", "-", "-", "-", "-", o.status.message});
+    json.push_back({{"schedule", o.label}, {"status", "not applicable"}, {"reason", o.status.message}});
   }
 };
 
@@ -114,7 +116,8 @@ Status write_plan_files(const PlanArgs& a, const Problem& p, const OptimizeResul
 }
 
 void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const OptimizeOptions& options,
-                const OptimizeResult& r, const FamilyRun* best, const PlanTable& table) {
+                const OptimizeResult& r, const FamilyRun* best, const FamilyRun* best_published,
+                const PlanTable& table) {
   const std::string what = a.model + " on " + a.cluster + ", " + std::to_string(p.num_microbatches) +
                            " microbatches of " + std::to_string(a.microbatch_size) + " × " + std::to_string(seq_len) +
                            " tokens";
@@ -122,10 +125,14 @@ void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const Optimize
   std::printf("%s\nproblem: %s\n%s\n%s\n", what.c_str(), problem_summary(p).c_str(), rules.c_str(),
               aligned_table(table.rows).c_str());
   if (r.outcome != Outcome::kInfeasible) {
-    const std::string vs =
-        best ? fmt::format("{:.3f}x the fastest family that fits ({})",
-                           table.best_us / objective_us(r.timeline, options.objective), best->family->name)
-             : "no family fits";
+    const double value = objective_us(r.timeline, options.objective);
+    std::string vs = best ? fmt::format("{:.3f}x the fastest family that fits ({})", table.best_us / value, best->label)
+                          : "no family fits";
+    if (best != best_published)
+      vs += best_published
+                ? fmt::format(", {:.3f}x the fastest as published ({})",
+                              objective_us(best_published->timeline, options.objective) / value, best_published->label)
+                : ", none fits as published";
     std::printf("optimized: %s from %s; %s\n",
                 placement_label(r.problem.placement, r.problem.chunks_per_device).c_str(), r.stats.start_family.c_str(),
                 vs.c_str());
@@ -151,12 +158,13 @@ int run_plan(const PlanArgs& a) {
   const bool fits = r.outcome != Outcome::kInfeasible;
 
   const FamilyRun* best = fastest_fitting(runs, options.objective);
+  const FamilyRun* best_published = fastest_fitting(runs, options.objective, /*as_published_only=*/true);
   PlanTable table(options.objective);
   table.best_us = best ? objective_us(best->timeline, options.objective) : 0;
   for (const FamilyRun& o : runs) {
     if (o.status.ok())
-      table.add(o.family->name, o.built.problem, o.timeline, o.fits,
-                lower_bound_for(o.built.problem, o.fits, options.objective));
+      table.add(o.label, o.built.problem, o.timeline, o.fits,
+                lower_bound_for(o.built.problem, o.fits, options.objective), tuning_json(o));
     else
       table.add_not_applicable(o);
   }
@@ -165,7 +173,7 @@ int run_plan(const PlanArgs& a) {
   if (Status st = write_plan_files(a, p, r, runs); !st.ok()) return fail(st);
 
   if (!a.as_json) {
-    print_plan(a, p, seq_len, options, r, best, table);
+    print_plan(a, p, seq_len, options, r, best, best_published, table);
     return fits ? kExitOk : kExitInfeasible;
   }
   nlohmann::json j = {{"model", a.model},
@@ -176,10 +184,8 @@ int run_plan(const PlanArgs& a) {
                       {"timing", options.any_timing ? "any" : "exact"},
                       {"objective", objective_name(options.objective)},
                       {"rules", rules_json(options.rules)},
-                      {"best_family", best ? nlohmann::json{{"name", best->family->name},
-                                                            {"makespan_us", best->timeline.makespan_us},
-                                                            {"objective_us", table.best_us}}
-                                           : nlohmann::json(nullptr)},
+                      {"best_family", baseline_json(baseline_of(best, options.objective))},
+                      {"best_published_family", baseline_json(baseline_of(best_published, options.objective))},
                       {"needed_budget_bytes", r.needed_budget_bytes},
                       {"search",
                        {{"wall_s", r.stats.wall_s},

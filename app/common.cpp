@@ -145,7 +145,7 @@ std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions
 std::vector<ReportRow> report_rows(const std::vector<FamilyRun>& runs, const OptimizeResult& r) {
   std::vector<ReportRow> rows;
   for (const FamilyRun& o : runs)
-    rows.push_back({o.family->name, placement_label(*o.family), o.status.ok(), o.status.message, o.timeline.makespan_us,
+    rows.push_back({o.label, placement_label(*o.family), o.status.ok(), o.status.message, o.timeline.makespan_us,
                     o.timeline.bubble_ratio, o.status.ok() ? max_peak(o.timeline) : 0, o.fits});
   rows.push_back({"optimized", placement_label(r.problem.placement, r.problem.chunks_per_device), true, "",
                   r.timeline.makespan_us, r.timeline.bubble_ratio, max_peak(r.timeline),
@@ -160,11 +160,11 @@ std::vector<ReportChart> report_charts(const OptimizeResult& r, const std::vecto
   charts.push_back({r.outcome == Outcome::kInfeasible ? "Optimized (best found; over the budget)" : "Optimized",
                     schedule_svg(r.problem, r.schedule, r.timeline, "optimized")});
   if (best)
-    charts.push_back({std::string("Fastest family that fits: ") + best->family->name,
-                      schedule_svg(best->built.problem, best->built.schedule, best->timeline, best->family->name)});
+    charts.push_back({"Fastest family that fits: " + best->label,
+                      schedule_svg(best->built.problem, best->built.schedule, best->timeline, best->label)});
   for (const std::string& name : chart_families)
     for (const FamilyRun& o : runs)
-      if (name == o.family->name && &o != best && o.status.ok())
+      if (name == o.label && &o != best && o.status.ok())
         charts.push_back({name, schedule_svg(o.built.problem, o.built.schedule, o.timeline, name)});
   return charts;
 }

@@ -22,6 +22,12 @@ std::string fmt_number(double x) {
   std::snprintf(buf, sizeof buf, "%g", x);
   return buf;
 }
+// Columns as printed: UTF-8 continuation bytes take none ("–", "σ" are one each).
+size_t text_width(const std::string& text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
 }  // namespace
 
 std::string problem_summary(const Problem& p) {
@@ -41,14 +47,14 @@ std::string aligned_table(const std::vector<std::vector<std::string>>& rows) {
   for (const auto& row : rows)
     for (size_t c = 0; c < row.size(); c++) {
       if (width.size() <= c) width.push_back(0);
-      width[c] = std::max(width[c], row[c].size());
+      width[c] = std::max(width[c], text_width(row[c]));
     }
   std::string out;
   for (const auto& row : rows) {
     std::string line;
     for (size_t c = 0; c < row.size(); c++) {
       line += row[c];
-      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+      if (c + 1 < row.size()) line += std::string(width[c] - text_width(row[c]) + 2, ' ');
     }
     out += line + "\n";
   }

@@ -87,6 +87,25 @@ void add_problem_functions(py::module_& m) {
 
 void add_optimizer_functions(py::module_& m) {
   m.def(
+      "compare",
+      [](const py::object& problem) {
+        py::list out;
+        for (const FamilyRun& run : run_families(problem_arg(problem), {.op_times = false})) {
+          py::dict row = to_dict(family_run_json(run).dump());
+          if (run.status.ok()) {
+            row["problem"] = to_dict(problem_to_json(run.built.problem));
+            row["schedule"] = to_dict(schedule_to_json(run.built.schedule));
+          }
+          out.append(row);
+        }
+        return out;
+      },
+      py::arg("problem") = py::none(),
+      "Every family on the problem, as `compare --json` lists them: each as published, and after each that "
+      "overflows its practitioner tunings that fit (label, tuning, recompute_layers or offload_fraction), with "
+      "figures, the problem it ran on (a recompute tuning's holds its recompute_layers) and its schedule.");
+
+  m.def(
       "optimize",
       [](const py::object& problem, double time_limit_s, uint64_t seed, int threads, int64_t max_evaluations,
          bool exact, const std::string& timing, double robust, int robust_samples,

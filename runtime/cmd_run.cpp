@@ -274,6 +274,9 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
     return usage_error("give either --schedule FILE or --family NAME", kTool);
   Result<FamilySchedule> fs = load_schedule(a.problem_path, a.schedule_path, a.family, a.chunks);
   if (!fs.ok()) return fail(fs.status, kTool);
+  // The runtime recomputes whole stages for the microbatches a schedule's R ops name, not layers.
+  if (Status st = check_no_recompute_layers(fs.value.problem); !st.ok())
+    return fail(Status::Invalid(st.message + " (the runtime recomputes with R ops only)"), kTool);
   Result<GptConfig> cfg = model.config(fs.value.problem.num_microbatches);
   if (!cfg.ok()) return fail(cfg.status, kTool);
   at::set_num_threads(model.threads);

@@ -56,6 +56,27 @@ class PythonModule(unittest.TestCase):
         _, notes = optpipe.export_csv(schedule, drop_memory_ops=True)
         self.assertTrue(any("recompute" in n for n in notes))
 
+    def test_compare_with_practitioner_tunings(self):
+        # llama2-13b at 36 GiB: no family but full recompute fits as published; tuned, 1F1B fits
+        # with a few layers recomputed per stage, and the tuned problem re-simulates to its row.
+        problem = optpipe.preset_problem("llama2-13b", "8xa100-40gb", "36GiB", microbatches=16)
+        rows = optpipe.compare(problem)
+        published = [r for r in rows if r["tuning"] == "as published"]
+        self.assertEqual([r["family"] for r in published], [f["name"] for f in optpipe.families()])
+        tuned = {r["label"]: r for r in rows if r["tuning"] == "recompute" and r["family"] == "1f1b"}
+        self.assertEqual(len(tuned), 1)
+        row = next(iter(tuned.values()))
+        self.assertTrue(row["fits_budget"])
+        self.assertTrue(row["label"].startswith("1f1b +recompute "))
+        layers = [s["recompute_layers"] for s in row["problem"]["stages"]]
+        self.assertEqual(layers, row["recompute_layers"])
+        self.assertGreater(sum(layers), 0)
+        again = optpipe.simulate(row["problem"], row["schedule"])
+        self.assertAlmostEqual(again["makespan_us"], row["makespan_us"])
+        result = optpipe.optimize(problem, max_evaluations=1500)
+        self.assertEqual(result["best_published_family"]["name"], "1f1b-recompute")
+        self.assertLess(result["best_family"]["makespan_us"], result["best_published_family"]["makespan_us"])
+
     def test_preset_and_optimize(self):
         problem = optpipe.preset_problem("gpt-7b", "4xh100", "30GiB", microbatches=8)
         self.assertEqual(problem["num_devices"], 4)

@@ -44,10 +44,22 @@ struct FamilySchedule {
 // chunks_per_device: for families that accept any v (interleaved); 0 picks the family's default.
 Result<FamilySchedule> build_family(const Family& f, const Problem& p, int chunks_per_device = 0);
 
+// How a family is run: as published, or fitted to the budget the way its users fit it when it
+// does not fit as published.
+enum class Tuning {
+  kAsPublished,
+  kRecompute,  // + Megatron's selective recompute: on each stage the fewest layers that fit
+               //   (built.problem's recompute_layers, with_recompute_layers)
+  kOffload,    // + PipeOffload's uniform offload ratio: the smallest in tenths that fits
+};
+
 // Every family on one problem, each validated (not against the budget) and simulated.
 struct FamilyRun {
   const Family* family = nullptr;
-  Status status;  // not ok: the family does not apply to this problem (the reason)
+  Tuning tuning = Tuning::kAsPublished;
+  std::string label;            // "zb-v", "zb-v +recompute 3/5 layers", "1f1b +offload 40%"
+  double offload_fraction = 0;  // kOffload: the ratio
+  Status status;                // not ok: the family does not apply to this problem (the reason)
   FamilySchedule built;
   Timeline timeline;
   bool fits = false;             // every device's peak within its budget
@@ -55,13 +67,16 @@ struct FamilyRun {
 };
 // Every family, built, validated and simulated (the interleaved ones at `interleaved_chunks` chunks
 // per device; 0: their own). A family not started by `deadline` comes back with a status saying so.
+// Each family that applies, overflows as published and neither recomputes nor offloads already is
+// followed by its practitioner tunings that fit (Tuning; none when none fits, or after `deadline`).
 std::vector<FamilyRun> run_families(
     const Problem& p, const SimOptions& sim,
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
     int interleaved_chunks = 0);
 
-// The fastest run that fits, or nullptr.
-const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective objective = Objective::kMakespan);
+// The fastest run that fits (with as_published_only, among the runs as published), or nullptr.
+const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective objective = Objective::kMakespan,
+                                 bool as_published_only = false);
 // Marks the runs whose schedules the rules forbid as not applicable, the reason saying which rule.
 void rule_out(const ScheduleRules& rules, std::vector<FamilyRun>* runs);
 

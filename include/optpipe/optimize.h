@@ -30,6 +30,8 @@
 
 namespace optpipe {
 
+struct FamilyRun;  // families.h
+
 // Append new values at the end.
 enum class Outcome {
   kOptimal,     // the makespan equals the proven lower bound
@@ -87,12 +89,16 @@ struct OptimizeStats {
   bool stopped_by_time = false;
   std::string start_family;       // the family the winning search started from
   double start_objective_us = 0;  // its objective (makespan or span) before the search
-  // The fastest published family (by the objective) that fits as it is and keeps to the rules
-  // (empty: none), for comparison.
-  std::string best_family;
-  double best_family_makespan_us = 0;
-  double best_family_objective_us = 0;  // its makespan or longest span (OptimizeOptions::objective)
-  double best_family_idle_us = 0;       // summed over devices
+  // For comparison (families.h): the fastest family (by the objective) that fits and keeps to
+  // the rules, as published or as practitioners tune it, and the fastest as published. An empty
+  // label: none fits.
+  struct Baseline {
+    std::string label;  // "v-half +offload 40%"
+    double makespan_us = 0;
+    double objective_us = 0;  // its makespan or longest span (OptimizeOptions::objective)
+    double idle_us = 0;       // summed over devices
+  };
+  Baseline best_family, best_published_family;
   std::vector<std::string> placements_searched;
   int exact_solves = 0;     // CP and MILP solves run (OptimizeOptions::exact)
   int64_t exact_nodes = 0;  // their branch-and-bound nodes
@@ -103,6 +109,9 @@ struct OptimizeStats {
   // `after` ops).
   int waits_added = 0, reload_gates_added = 0;
 };
+
+// A run's figures as a baseline (an empty one for nullptr).
+OptimizeStats::Baseline baseline_of(const FamilyRun* run, Objective objective);
 
 struct [[nodiscard]] OptimizeResult {
   Status status;  // InvalidInput for a bad problem; Infeasible when no family or greedy start

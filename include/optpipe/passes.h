@@ -22,7 +22,9 @@ namespace optpipe {
 // schedule's own simulation covers the round trip with a reload time to spare (queued behind
 // earlier offloads on its channel), reloading it reload_lead reload times before its backward
 // (PipeOffload: 2; more absorbs a busy host-to-device channel, fewer activations qualify).
-Schedule add_offloads(const Problem& p, const Schedule& base, double reload_lead = 2);
+// With fraction < 1, only that fraction of each stage's microbatches is considered, evenly spread
+// (PipeOffload's offload ratio).
+Schedule add_offloads(const Problem& p, const Schedule& base, double reload_lead = 2, double fraction = 1);
 
 // Gating (docs/timing.md): the schedule's allocations held, by WAITs and reload gates, so that no
 // device passes max(budget, nominal peak) under any timing that respects its orders.

@@ -35,13 +35,20 @@ struct StageSpec {
   double t_r_us = 0;  // recompute of the forward from the kept input (usually = t_f_us)
 
   int64_t act_f_bytes = 0;      // kept by F until backward (≥ 0)
-  int64_t act_b_bytes = 0;      // released by B (≤ 0 in practice)
+  int64_t act_b_bytes = 0;      // released by B (≤ 0; > 0 only when B recomputes layers)
   int64_t act_w_bytes = 0;      // released by W (what the weight gradient still needed)
   int64_t act_input_bytes = 0;  // the chunk input, all F keeps when its activation is recomputed
 
   int64_t ws_f_bytes = 0;  // transient workspace while F (and R) runs
   int64_t ws_b_bytes = 0;  // ... while B runs
   int64_t ws_w_bytes = 0;  // ... while W runs (a fused BW takes the larger of B and W)
+
+  // Selective recompute as Megatron configures it (--recompute-num-layers): the chunk's layers,
+  // and how many of them keep only their input and rerun their forward inside B, for every
+  // microbatch. with_recompute_layers() sets recompute_layers and folds its cost into the fields
+  // above; a problem read from a file holds them already folded.
+  int num_layers = 1;
+  int recompute_layers = 0;
 };
 
 struct DeviceSpec {
@@ -112,10 +119,22 @@ Problem make_uniform_problem(const UniformSpec& spec);
 // The built-in problem every command uses when given none.
 Problem default_problem();
 
+// The model with Megatron's block recompute on every stage s: the first layers[s] of its num_layers
+// keep only their inputs and rerun their forward inside B, for every microbatch. Of act_f_bytes,
+// that share is no longer kept (each such layer keeps its input, act_input_bytes, instead); B gains
+// that share of t_r_us and one layer's activation of workspace (the layer rerun); what W needs is
+// unchanged, so B may now allocate (act_b_bytes > 0). Refuses counts outside 0..num_layers and a
+// problem already configured.
+Result<Problem> with_recompute_layers(const Problem& p, const std::vector<int>& layers);
+// Ok, or an InvalidInput status naming the first stage that recomputes layers: the optimizer, the
+// exact models and rechunk take a model as profiled (the optimizer decides recomputes itself).
+Status check_no_recompute_layers(const Problem& p);
+
 // The same model re-cut for another placement: S' = D·v' stages. When S' is a multiple of S each
 // stage is split evenly into S'/S consecutive pieces (times and bytes divided; the kept input
-// stays whole); when S is a multiple of S', consecutive groups are merged (summed). Devices,
-// budgets and links are unchanged.
+// stays whole, layers are shared out, at least one a piece); when S is a multiple of S', consecutive
+// groups are merged (summed). Devices, budgets and links are unchanged. A problem whose stages
+// recompute layers is refused: re-cut first, then configure.
 Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_device);
 
 }  // namespace optpipe

@@ -23,6 +23,14 @@ nlohmann::json noise_json(const NoiseSpec& spec, const NoiseReport& r);
 // Devices, microbatches, placement, stages, per-device budgets.
 nlohmann::json problem_summary_json(const Problem& p);
 
+// How a run is tuned: {"family", "tuning": "as published" | "recompute" | "offload"}, with the
+// per-stage "recompute_layers" and "num_layers" or the "offload_fraction".
+nlohmann::json tuning_json(const FamilyRun& run);
+
+// One row of a comparison: tuning_json, "label", "status" ("ok" | "not applicable", with its
+// "reason"), and for a run that applies its timeline's figures, placement and chunks_per_device.
+nlohmann::json family_run_json(const FamilyRun& run);
+
 // The families: name, placement, chunks_per_device, description.
 nlohmann::json families_json();
 
@@ -30,9 +38,13 @@ nlohmann::json families_json();
 // whole_stage_recompute.
 nlohmann::json rules_json(const ScheduleRules& rules);
 
+// {"name" (the run's label), "makespan_us", "objective_us"}, or null for an empty baseline.
+nlohmann::json baseline_json(const OptimizeStats::Baseline& b);
+
 // An optimizer's answer: its timeline's figures (as timeline_json), then outcome, lower bound,
-// gap, placement, best_family ({name, makespan_us} of the fastest published family that fits,
-// or null), idle_reduction_vs_best_family, needed and lower-bound budgets, timing, robust, and
+// gap, placement, best_family ({name, makespan_us, objective_us} of the fastest family that fits,
+// as published or tuned, or null), best_published_family (as published only), the idle-time cut
+// against each, needed and lower-bound budgets, timing, robust, and
 // the search's stats. Not the problem or schedule themselves.
 nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& options);
 

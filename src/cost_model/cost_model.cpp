@@ -202,6 +202,7 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
     st.act_w_bytes = -(n * layer.act_after_b_bytes + (last ? head.act_after_b_bytes : 0));
     st.act_b_bytes = -st.act_f_bytes - st.act_w_bytes;
     st.act_input_bytes = std::min<int64_t>(st.act_f_bytes, static_cast<int64_t>(hop_bytes));
+    st.num_layers = std::max(1, n);  // the LM head counts with the last stage's layers
     p.stages.push_back(st);
 
     DeviceSpec dev;

@@ -379,6 +379,7 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   CpSolution out;
   out.status = check_problem(p);
+  if (out.status.ok()) out.status = check_no_recompute_layers(p);
   if (!out.status.ok()) return out;
   const Grid g = make_grid(p, options);
   auto root = std::make_unique<PipeSpace>(p, g, options.memory, options.recompute, options.offload);

@@ -198,6 +198,7 @@ using namespace milp_build;
 Result<MilpModel> build_milp(const Problem& p, const MilpOptions& options) {
   using R = Result<MilpModel>;
   Status st = check_problem(p);
+  if (st.ok()) st = check_no_recompute_layers(p);
   if (!st.ok()) return R::Error(st);
   Builder mb{p, options, p.num_stages(), p.num_microbatches, p.num_devices};
   mb.recompute = options.memory && options.recompute;

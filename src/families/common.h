@@ -27,6 +27,14 @@ inline Status require_placement(const Problem& p, const char* family, Placement 
   return Status::Ok();
 }
 
+// Validates run->built (not against the budget), simulates it and fills the run's timeline and fits.
+void score_run(const SimOptions& sim, FamilyRun* run);
+
+// The practitioner tunings of a run as published that overflows (practitioner.cpp): each one that
+// fits, or none.
+std::vector<FamilyRun> practitioner_runs(const FamilyRun& published, const SimOptions& sim,
+                                         std::chrono::steady_clock::time_point deadline);
+
 inline Op F(int stage, int mb) { return Op{OpKind::kF, stage, mb}; }
 inline Op B(int stage, int mb) { return Op{OpKind::kB, stage, mb}; }
 inline Op W(int stage, int mb) { return Op{OpKind::kW, stage, mb}; }

@@ -55,12 +55,21 @@ Result<FamilySchedule> build_family(const Family& f, const Problem& p, int chunk
   return Result<FamilySchedule>::Of(std::move(out));
 }
 
+void score_run(const SimOptions& sim, FamilyRun* run) {
+  Validation v = validate(run->built.problem, run->built.schedule, {.check_memory_budget = false, .sim = sim});
+  OPTPIPE_CHECK(v.ok(), "family " + run->label + " produced an invalid schedule: " + v.summary());
+  run->timeline = std::move(v.sim.timeline);
+  run->fits = fits_budget(run->built.problem, run->timeline);
+  run->fits_any_timing = sim.any_timing && fits_any_timing(run->built.problem, run->timeline);
+}
+
 std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
                                     std::chrono::steady_clock::time_point deadline, int interleaved_chunks) {
   std::vector<FamilyRun> out;
   for (const Family& f : families()) {
     FamilyRun run;
     run.family = &f;
+    run.label = f.name;
     if (std::chrono::steady_clock::now() > deadline) {
       run.status = Status::Invalid(std::string(f.name) + ": not built, the time limit had passed");
       out.push_back(std::move(run));
@@ -73,20 +82,18 @@ std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
       continue;
     }
     run.built = std::move(fs.value);
-    Validation v = validate(run.built.problem, run.built.schedule, {.check_memory_budget = false, .sim = sim});
-    OPTPIPE_CHECK(v.ok(), std::string("family ") + f.name + " produced an invalid schedule: " + v.summary());
-    run.timeline = std::move(v.sim.timeline);
-    run.fits = fits_budget(run.built.problem, run.timeline);
-    run.fits_any_timing = sim.any_timing && fits_any_timing(run.built.problem, run.timeline);
+    score_run(sim, &run);
+    std::vector<FamilyRun> tuned = practitioner_runs(run, sim, deadline);
     out.push_back(std::move(run));
+    for (FamilyRun& t : tuned) out.push_back(std::move(t));
   }
   return out;
 }
 
-const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective objective) {
+const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective objective, bool as_published_only) {
   const FamilyRun* best = nullptr;
   for (const FamilyRun& r : runs)
-    if (r.status.ok() && r.fits &&
+    if (r.status.ok() && r.fits && (!as_published_only || r.tuning == Tuning::kAsPublished) &&
         (!best || objective_us(r.timeline, objective) < objective_us(best->timeline, objective)))
       best = &r;
   return best;

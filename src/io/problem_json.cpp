@@ -28,6 +28,8 @@ Result<Problem> problem_from_json(const std::string& text) {
       sr.integer("ws_f_bytes", &st.ws_f_bytes, false);
       sr.integer("ws_b_bytes", &st.ws_b_bytes, false);
       sr.integer("ws_w_bytes", &st.ws_w_bytes, false);
+      sr.integer("num_layers", &st.num_layers, false);
+      sr.integer("recompute_layers", &st.recompute_layers, false);
       sr.finish();
       p.stages.push_back(st);
     }
@@ -66,6 +68,8 @@ std::string problem_to_json(const Problem& p) {
     s["ws_f_bytes"] = st.ws_f_bytes;
     s["ws_b_bytes"] = st.ws_b_bytes;
     s["ws_w_bytes"] = st.ws_w_bytes;
+    s["num_layers"] = st.num_layers;
+    s["recompute_layers"] = st.recompute_layers;
     j["stages"].push_back(s);
   }
   j["devices"] = json::array();

@@ -62,6 +62,41 @@ nlohmann::json timeline_json(const Problem& p, const Timeline& t) {
           {"devices", devices}};
 }
 
+nlohmann::json tuning_json(const FamilyRun& run) {
+  nlohmann::json j = {{"family", run.family->name}};
+  switch (run.tuning) {
+    case Tuning::kAsPublished: j["tuning"] = "as published"; break;
+    case Tuning::kRecompute: {
+      j["tuning"] = "recompute";
+      j["recompute_layers"] = j["num_layers"] = nlohmann::json::array();
+      for (const StageSpec& g : run.built.problem.stages) {
+        j["recompute_layers"].push_back(g.recompute_layers);
+        j["num_layers"].push_back(g.num_layers);
+      }
+      break;
+    }
+    case Tuning::kOffload:
+      j["tuning"] = "offload";
+      j["offload_fraction"] = run.offload_fraction;
+      break;
+  }
+  return j;
+}
+
+nlohmann::json family_run_json(const FamilyRun& run) {
+  nlohmann::json j = tuning_json(run);
+  if (run.status.ok()) {
+    j.update(timeline_json(run.built.problem, run.timeline));
+    j["placement"] = placement_name(run.built.problem.placement);
+    j["chunks_per_device"] = run.built.problem.chunks_per_device;
+  } else {
+    j["reason"] = run.status.message;
+  }
+  j["label"] = run.label;
+  j["status"] = run.status.ok() ? "ok" : "not applicable";
+  return j;
+}
+
 nlohmann::json families_json() {
   nlohmann::json out = nlohmann::json::array();
   for (const Family& f : families())
@@ -82,10 +117,17 @@ nlohmann::json rules_json(const ScheduleRules& rules) {
           {"whole_stage_recompute", rules.whole_stage_recompute}};
 }
 
+nlohmann::json baseline_json(const OptimizeStats::Baseline& b) {
+  if (b.label.empty()) return nullptr;
+  return {{"name", b.label}, {"makespan_us", b.makespan_us}, {"objective_us", b.objective_us}};
+}
+
 nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& options) {
   using json = nlohmann::json;
   const OptimizeStats& st = r.stats;
-  const bool has_best = !st.best_family.empty();
+  auto idle_reduction = [&](const OptimizeStats::Baseline& b) {
+    return b.idle_us > 0 ? 1 - r.timeline.idle_us / b.idle_us : 0;
+  };
   json j = timeline_json(r.problem, r.timeline);
   j["outcome"] = outcome_name(r.outcome);
   j["lower_bound_us"] = r.lower_bound_us;
@@ -94,12 +136,10 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
   j["chunks_per_device"] = r.problem.chunks_per_device;
   j["objective"] = objective_name(options.objective);
   j["objective_us"] = objective_us(r.timeline, options.objective);
-  j["best_family"] = has_best ? json{{"name", st.best_family},
-                                     {"makespan_us", st.best_family_makespan_us},
-                                     {"objective_us", st.best_family_objective_us}}
-                              : json(nullptr);
-  j["idle_reduction_vs_best_family"] =
-      has_best && st.best_family_idle_us > 0 ? 1 - r.timeline.idle_us / st.best_family_idle_us : 0;
+  j["best_family"] = baseline_json(st.best_family);
+  j["idle_reduction_vs_best_family"] = idle_reduction(st.best_family);
+  j["best_published_family"] = baseline_json(st.best_published_family);
+  j["idle_reduction_vs_best_published_family"] = idle_reduction(st.best_published_family);
   j["needed_budget_bytes"] = r.needed_budget_bytes;
   j["budget_lower_bound_bytes"] = r.budget_lower_bound_bytes;
   j["timing"] = options.any_timing ? "any" : "exact";

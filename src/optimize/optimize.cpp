@@ -112,12 +112,21 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, doubl
 
 }  // namespace
 
+OptimizeStats::Baseline baseline_of(const FamilyRun* run, Objective objective) {
+  if (!run) return {};
+  return {.label = run->label,
+          .makespan_us = run->timeline.makespan_us,
+          .objective_us = objective_us(run->timeline, objective),
+          .idle_us = run->timeline.idle_us};
+}
+
 OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   OptimizeResult out;
   const Clock::time_point t0 = Clock::now();
   const NoiseSpec robust{
       .jitter_sigma = options.robust_sigma, .samples = options.robust_samples, .seed = options.seed + 1};
   out.status = check_problem(p);
+  if (out.status.ok()) out.status = check_no_recompute_layers(p);
   if (out.status.ok()) out.status = check_options(options, robust);
   if (out.status.ok()) out.status = check_rules_options(options.rules);
   if (!out.status.ok()) return out;
@@ -135,12 +144,9 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
       run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250),
                    options.rules.chunks_per_device);
   rule_out(options.rules, &runs);
-  if (const FamilyRun* best = fastest_fitting(runs, options.objective)) {
-    out.stats.best_family = best->family->name;
-    out.stats.best_family_makespan_us = best->timeline.makespan_us;
-    out.stats.best_family_objective_us = objective_us(best->timeline, options.objective);
-    out.stats.best_family_idle_us = best->timeline.idle_us;
-  }
+  out.stats.best_family = baseline_of(fastest_fitting(runs, options.objective), options.objective);
+  out.stats.best_published_family =
+      baseline_of(fastest_fitting(runs, options.objective, /*as_published_only=*/true), options.objective);
   bool out_of_time = false;
   std::vector<Start> starts =
       make_starts(p, runs, options.rules, options.objective, after(0.25), after(0.5), &out_of_time);

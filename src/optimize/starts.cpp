@@ -162,9 +162,9 @@ std::vector<Start> make_starts(const Problem& p, std::vector<FamilyRun>& runs, c
   const Scoring scoring{objective, nullptr};
   std::vector<Start> starts;
   for (FamilyRun& run : runs)
-    if (run.status.ok()) {
+    if (run.status.ok() && run.tuning != Tuning::kRecompute) {  // a recompute tuning re-configures the model
       const Score scored = score_of(run.built.problem, run.timeline, objective);
-      add_start(run.family->name, std::move(run.built), rules, scoring, deadline, &starts, &scored);
+      add_start(run.label, std::move(run.built), rules, scoring, deadline, &starts, &scored);
     }
   *out_of_time = Clock::now() > deadline;
   if (!*out_of_time) add_greedy_starts(p, rules, scoring, greedy_deadline, out_of_time, &starts);

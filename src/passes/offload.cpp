@@ -8,7 +8,7 @@
 
 namespace optpipe {
 
-Schedule add_offloads(const Problem& p, const Schedule& base, double reload_lead) {
+Schedule add_offloads(const Problem& p, const Schedule& base, double reload_lead, double fraction) {
   SimResult sim = simulate(p, base);
   OPTPIPE_CHECK(sim.ok(), "add_offloads needs a schedule that simulates: " + sim.status.message);
   const Timeline& t = sim.timeline;
@@ -17,6 +17,10 @@ Schedule add_offloads(const Problem& p, const Schedule& base, double reload_lead
   auto backward = [&](const Op& f) {
     const Op b{OpKind::kB, f.stage, f.microbatch};
     return std::isnan(t.start_us[op_id(p, b)]) ? Op{OpKind::kBW, f.stage, f.microbatch} : b;
+  };
+  // Microbatch i is among `fraction` of them when the running count ⌊(i+1)·fraction⌋ steps there.
+  auto chosen = [&](int i) {
+    return fraction >= 1 || std::floor((i + 1) * fraction + 1e-9) > std::floor(i * fraction + 1e-9);
   };
   // Neither offloaded nor recomputed in the base schedule: neither op was placed.
   auto kept = [&](const Op& f) {
@@ -32,7 +36,7 @@ Schedule add_offloads(const Problem& p, const Schedule& base, double reload_lead
     // Offloads in forward order, each after the previous one on the channel.
     double d2h_free = 0;
     for (const Op& op : ds.compute) {
-      if (op.kind != OpKind::kF || !kept(op) || p.stages[op.stage].act_f_bytes == 0) continue;
+      if (op.kind != OpKind::kF || !chosen(op.microbatch) || !kept(op) || p.stages[op.stage].act_f_bytes == 0) continue;
       const Op bw = backward(op);
       const double off_start = std::max(end(op), d2h_free);
       const double off_end = off_start + p.offload_us(op.stage);

@@ -119,7 +119,14 @@ Status check_problem(const Problem& p) {
     if (!(st = check_bytes(f + "ws_f_bytes", g.ws_f_bytes, false)).ok()) return st;
     if (!(st = check_bytes(f + "ws_b_bytes", g.ws_b_bytes, false)).ok()) return st;
     if (!(st = check_bytes(f + "ws_w_bytes", g.ws_w_bytes, false)).ok()) return st;
-    if (g.act_b_bytes > 0) return bad(f + "act_b_bytes", "must be ≤ 0 (B frees memory)", std::to_string(g.act_b_bytes));
+    if (g.num_layers < 1 || g.num_layers > 100000)
+      return bad(f + "num_layers", "must be 1 to 100000", std::to_string(g.num_layers));
+    if (g.recompute_layers < 0 || g.recompute_layers > g.num_layers)
+      return bad(f + "recompute_layers", "must be 0 to num_layers (" + std::to_string(g.num_layers) + ")",
+                 std::to_string(g.recompute_layers));
+    if (g.act_b_bytes > 0 && g.recompute_layers == 0)
+      return bad(f + "act_b_bytes", "must be ≤ 0 (B frees memory unless it recomputes layers)",
+                 std::to_string(g.act_b_bytes));
     if (g.act_w_bytes > 0) return bad(f + "act_w_bytes", "must be ≤ 0 (W frees memory)", std::to_string(g.act_w_bytes));
     const int64_t sum = g.act_f_bytes + g.act_b_bytes + g.act_w_bytes;
     if (sum != 0)
@@ -224,6 +231,7 @@ Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_de
     return Result<Problem>::Error(Status::Invalid(
         std::string("cannot re-cut for placement ") + placement_name(placement) + " with " +
         std::to_string(chunks_per_device) + " chunk(s) per device (linear: 1, vshape: 2, interleaved: 1 to 64)"));
+  if (Status st = check_no_recompute_layers(p); !st.ok()) return Result<Problem>::Error(st);
   Problem q = p;
   q.placement = placement;
   q.chunks_per_device = chunks_per_device;
@@ -247,6 +255,7 @@ Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_de
       piece.ws_f_bytes /= k;
       piece.ws_b_bytes /= k;
       piece.ws_w_bytes /= k;
+      piece.num_layers = std::max(1, (g.num_layers + k / 2) / k);
       for (int j = 0; j < k; j++) q.stages.push_back(piece);
     }
   } else {
@@ -265,6 +274,7 @@ Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_de
         m.ws_f_bytes = std::max(m.ws_f_bytes, g.ws_f_bytes);
         m.ws_b_bytes = std::max(m.ws_b_bytes, g.ws_b_bytes);
         m.ws_w_bytes = std::max(m.ws_w_bytes, g.ws_w_bytes);
+        m.num_layers += g.num_layers;
       }
       q.stages.push_back(m);
     }
@@ -272,6 +282,43 @@ Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_de
   Status st = check_problem(q);
   if (!st.ok()) return Result<Problem>::Error(st);
   return Result<Problem>::Of(std::move(q));
+}
+
+Status check_no_recompute_layers(const Problem& p) {
+  for (size_t s = 0; s < p.stages.size(); s++)
+    if (p.stages[s].recompute_layers > 0)
+      return Status::Invalid("stages[" + std::to_string(s) + "].recompute_layers is " +
+                             std::to_string(p.stages[s].recompute_layers) +
+                             ": this takes the model as profiled, without a recompute configuration");
+  return Status::Ok();
+}
+
+Result<Problem> with_recompute_layers(const Problem& p, const std::vector<int>& layers) {
+  using R = Result<Problem>;
+  if (Status st = check_no_recompute_layers(p); !st.ok()) return R::Error(st);
+  if (layers.size() != p.stages.size())
+    return R::Error(Status::Invalid("recompute layers: " + std::to_string(layers.size()) + " counts for " +
+                                    std::to_string(p.stages.size()) + " stages"));
+  Problem q = p;
+  for (size_t s = 0; s < q.stages.size(); s++) {
+    StageSpec& g = q.stages[s];
+    const int k = layers[s], n = g.num_layers;
+    if (k < 0 || k > n)
+      return R::Error(Status::Invalid("recompute layers of stage " + std::to_string(s) + ": " + std::to_string(k) +
+                                      " is not in 0.." + std::to_string(n)));
+    if (k == 0) continue;
+    const double share = static_cast<double>(k) / n;
+    const int64_t layer_bytes = g.act_f_bytes / n;
+    const int64_t dropped = static_cast<int64_t>(std::llround(share * g.act_f_bytes));
+    g.act_f_bytes = std::min(g.act_f_bytes, g.act_f_bytes - dropped + k * g.act_input_bytes);
+    g.act_b_bytes = -g.act_f_bytes - g.act_w_bytes;
+    g.t_b_us += share * g.t_r_us;
+    g.ws_b_bytes += layer_bytes;
+    g.recompute_layers = k;
+  }
+  Status st = check_problem(q);
+  if (!st.ok()) return R::Error(st);
+  return R::Of(std::move(q));
 }
 
 }  // namespace optpipe

@@ -54,6 +54,10 @@ Status check_rules(const ScheduleRules& rules, const Problem& p, const Schedule&
   if (!rules.allows_placement(s.placement, s.chunks_per_device))
     return Status::Invalid(std::string("placement ") + placement_name(s.placement) + " v" +
                            std::to_string(s.chunks_per_device) + " is not allowed");
+  for (int st = 0; st < p.num_stages() && !rules.recompute; st++)
+    if (p.stages[st].recompute_layers > 0)
+      return Status::Invalid("stage " + std::to_string(st) + " recomputes " +
+                             std::to_string(p.stages[st].recompute_layers) + " layers: recomputes are not allowed");
   const int M = p.num_microbatches;
   for (size_t d = 0; d < s.devices.size(); d++) {
     const DeviceSchedule& ds = s.devices[d];

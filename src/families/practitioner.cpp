@@ -1,0 +1,119 @@
+// A family that overflows as published, fitted the way its users fit it by hand: Megatron's
+// selective recompute (--recompute-granularity full --recompute-method block
+// --recompute-num-layers k, with k per stage as small as fits) or PipeOffload's offload ratio (the
+// smallest, in tenths, that fits). These are the baselines the optimizer has to beat: what a
+// practitioner could configure without it.
+#include <numeric>
+#include <optional>
+
+#include "families/common.h"
+#include "optpipe/passes.h"
+
+namespace optpipe {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// "3/5 layers" when every stage recomputes the same share, "0–3/5 layers" when the counts differ
+// over stages of one size, else the totals.
+std::string recompute_label(const Problem& p) {
+  int k_min = p.stages[0].recompute_layers, k_max = k_min, k_sum = 0, n_sum = 0;
+  bool one_size = true;
+  for (const StageSpec& g : p.stages) {
+    k_min = std::min(k_min, g.recompute_layers);
+    k_max = std::max(k_max, g.recompute_layers);
+    k_sum += g.recompute_layers;
+    n_sum += g.num_layers;
+    one_size = one_size && g.num_layers == p.stages[0].num_layers;
+  }
+  const std::string n = std::to_string(p.stages[0].num_layers);
+  if (!one_size) return std::to_string(k_sum) + "/" + std::to_string(n_sum) + " layers";
+  if (k_min == k_max) return std::to_string(k_max) + "/" + n + " layers";
+  return std::to_string(k_min) + "–" + std::to_string(k_max) + "/" + n + " layers";
+}
+
+// Raises, on every device over its budget, the count of its stage that recomputes the least share
+// of its layers, until every device fits or some overflowing device has nothing left to recompute.
+std::optional<FamilyRun> least_recompute(const FamilyRun& published, const SimOptions& sim, Clock::time_point deadline) {
+  const Problem& p = published.built.problem;
+  const Schedule& s = published.built.schedule;
+  std::vector<int> layers(p.num_stages(), 0);
+  const int total_layers = std::accumulate(p.stages.begin(), p.stages.end(), 0,
+                                           [](int sum, const StageSpec& g) { return sum + g.num_layers; });
+  Timeline t = published.timeline;
+  for (int round = 0; round < total_layers && Clock::now() <= deadline; round++) {  // each round raises one count
+    bool raised_all = true;
+    for (int d = 0; d < p.num_devices; d++) {
+      if (t.devices[d].peak_bytes <= p.devices[d].mem_budget_bytes) continue;
+      int pick = -1;
+      for (int st = 0; st < p.num_stages(); st++) {
+        if (p.device_of(st) != d || layers[st] == p.stages[st].num_layers) continue;
+        const double share = static_cast<double>(layers[st]) / p.stages[st].num_layers;
+        if (pick < 0 || share < static_cast<double>(layers[pick]) / p.stages[pick].num_layers) pick = st;
+      }
+      if (pick < 0) raised_all = false;
+      else layers[pick]++;
+    }
+    if (!raised_all) return std::nullopt;  // a device overflows with every layer recomputed
+    Result<Problem> configured = with_recompute_layers(p, layers);
+    OPTPIPE_CHECK(configured.ok(), "recompute configuration refused: " + configured.status.message);
+    SimResult r = simulate(configured.value, s, {.op_times = false, .any_timing = false});
+    OPTPIPE_CHECK(r.ok(), "a recompute configuration does not simulate: " + r.status.message);
+    if (fits_budget(configured.value, r.timeline)) {
+      FamilyRun run;
+      run.family = published.family;
+      run.tuning = Tuning::kRecompute;
+      run.label = published.label + " +recompute " + recompute_label(configured.value);
+      run.built = {std::move(configured.value), s};
+      score_run(sim, &run);
+      return run;
+    }
+    t = std::move(r.timeline);
+  }
+  return std::nullopt;
+}
+
+// The smallest ratio, in tenths, whose offloads (add_offloads) fit; gated to fit under any timing,
+// as PipeOffload's runtime waits on a copy before reusing its memory.
+std::optional<FamilyRun> least_offload(const FamilyRun& published, const SimOptions& sim, Clock::time_point deadline) {
+  const Problem& p = published.built.problem;
+  const Schedule& s = published.built.schedule;
+  for (int tenths = 1; tenths <= 10 && Clock::now() <= deadline; tenths++) {
+    Schedule offloaded = add_offloads(p, s, 2, tenths / 10.0);
+    if (offloaded.num_ops() == s.num_ops()) continue;
+    SimResult r = simulate(p, offloaded, {.op_times = true, .any_timing = false});
+    OPTPIPE_CHECK(r.ok(), "an offload ratio does not simulate: " + r.status.message);
+    if (!fits_budget(p, r.timeline)) continue;
+    FamilyRun run;
+    run.family = published.family;
+    run.tuning = Tuning::kOffload;
+    run.offload_fraction = tenths / 10.0;
+    run.label = published.label + " +offload " + std::to_string(tenths * 10) + "%";
+    run.built = {p, gate_for_any_timing(p, offloaded, r.timeline).schedule};
+    score_run(sim, &run);
+    return run;
+  }
+  return std::nullopt;
+}
+
+bool recomputes_or_offloads(const Schedule& s) {
+  for (const DeviceSchedule& ds : s.devices) {
+    if (!ds.offloads.empty()) return true;
+    for (const Op& op : ds.compute)
+      if (op.kind == OpKind::kR) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<FamilyRun> practitioner_runs(const FamilyRun& published, const SimOptions& sim, Clock::time_point deadline) {
+  std::vector<FamilyRun> out;
+  if (!published.status.ok() || published.fits || recomputes_or_offloads(published.built.schedule)) return out;
+  if (std::optional<FamilyRun> r = least_recompute(published, sim, deadline)) out.push_back(std::move(*r));
+  if (std::optional<FamilyRun> r = least_offload(published, sim, deadline)) out.push_back(std::move(*r));
+  return out;
+}
+
+}  // namespace optpipe
