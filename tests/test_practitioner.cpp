@@ -53,23 +53,33 @@ bool fits_with(const FamilyRun& run, const Problem& p) {
 TEST(RecomputeLayers, ShareScalesKeptBytesAndBackwardTime) {
   Problem p = make_uniform_problem({.num_devices = 2});
   p.stages.assign(2, five_layers());
-  Result<Problem> q = with_recompute_layers(p, {3, 0});
+  Result<Problem> q = with_recompute_layers(p, {3, 0}, /*weights_in_b=*/true);
   ASSERT_TRUE(q.ok()) << q.status.message;
   const StageSpec& g = q.value.stages[0];
   EXPECT_EQ(g.recompute_layers, 3);
   EXPECT_EQ(g.act_f_bytes, 5000 - 3000 + 3 * 100);  // 3 of 5 layers dropped, their 3 inputs kept
-  EXPECT_EQ(g.act_w_bytes, -2000);                  // what W needs is unchanged
+  EXPECT_EQ(g.act_w_bytes, -800);                   // W holds the 2 layers it still computes
   EXPECT_EQ(g.act_f_bytes + g.act_b_bytes + g.act_w_bytes, 0);
-  EXPECT_DOUBLE_EQ(g.t_b_us, 150 + 0.6 * 110);  // B reruns 3/5 of the forward
-  EXPECT_EQ(g.ws_b_bytes, 50 + 1000);           // one layer's activation while it reruns
+  EXPECT_DOUBLE_EQ(g.t_b_us, 150 + 0.6 * (110 + 80));  // B reruns 3/5 of the forward, and their W
+  EXPECT_DOUBLE_EQ(g.t_w_us, 0.4 * 80);
+  EXPECT_EQ(g.ws_b_bytes, 50 + 1000);  // one layer's activation while it reruns
   EXPECT_DOUBLE_EQ(g.t_f_us, 100);
   EXPECT_EQ(q.value.stages[1].act_f_bytes, 5000);
 
-  // Every layer recomputed: B allocates what W will need, which the problem now allows.
-  Result<Problem> all = with_recompute_layers(p, {5, 5});
+  // Every layer recomputed: the inputs alone are kept, and W has nothing left.
+  Result<Problem> all = with_recompute_layers(p, {5, 5}, true);
   ASSERT_TRUE(all.ok()) << all.status.message;
   EXPECT_EQ(all.value.stages[0].act_f_bytes, 500);
-  EXPECT_GT(all.value.stages[0].act_b_bytes, 0);
+  EXPECT_EQ(all.value.stages[0].act_w_bytes, 0);
+  EXPECT_DOUBLE_EQ(all.value.stages[0].t_w_us, 0);
+
+  // W left where it was: it holds its inputs from B on, so B now allocates them.
+  Result<Problem> held = with_recompute_layers(p, {5, 5});
+  ASSERT_TRUE(held.ok()) << held.status.message;
+  EXPECT_EQ(held.value.stages[0].act_w_bytes, -2000);
+  EXPECT_EQ(held.value.stages[0].act_b_bytes, 1500);
+  EXPECT_DOUBLE_EQ(held.value.stages[0].t_w_us, 80);
+  EXPECT_DOUBLE_EQ(held.value.stages[0].t_b_us, 150 + 110);
   p.stages[0].act_b_bytes = 1;
   p.stages[0].act_w_bytes = -5001;
   EXPECT_NE(check_problem(p).message.find("act_b_bytes"), std::string::npos);  // not without recompute
@@ -137,6 +147,10 @@ TEST(Practitioner, LeastRecomputeFitsAndOneLayerLessDoesNot) {
   const FamilyRun* full = find_run(runs, "1f1b-recompute", Tuning::kAsPublished);
   ASSERT_TRUE(full && full->fits);
   EXPECT_LT(tuned->timeline.makespan_us, full->timeline.makespan_us);
+  // A split backward fits too, its rerun layers' weight gradients computed in B.
+  const FamilyRun* zb_v = find_run(runs, "zb-v", Tuning::kRecompute);
+  ASSERT_TRUE(zb_v && zb_v->fits);
+  EXPECT_NE(zb_v->label.find(", W in B"), std::string::npos) << zb_v->label;
   // Under --no-recompute it is ruled out.
   std::vector<FamilyRun> ruled = run_families(p, {.op_times = false});
   rule_out({.recompute = false}, &ruled);

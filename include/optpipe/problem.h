@@ -35,7 +35,7 @@ struct StageSpec {
   double t_r_us = 0;  // recompute of the forward from the kept input (usually = t_f_us)
 
   int64_t act_f_bytes = 0;      // kept by F until backward (≥ 0)
-  int64_t act_b_bytes = 0;      // released by B (≤ 0; > 0 only when B recomputes layers)
+  int64_t act_b_bytes = 0;      // released by B (≤ 0; > 0 only when B reruns layers for W)
   int64_t act_w_bytes = 0;      // released by W (what the weight gradient still needed)
   int64_t act_input_bytes = 0;  // the chunk input, all F keeps when its activation is recomputed
 
@@ -120,12 +120,15 @@ Problem make_uniform_problem(const UniformSpec& spec);
 Problem default_problem();
 
 // The model with Megatron's block recompute on every stage s: the first layers[s] of its num_layers
-// keep only their inputs and rerun their forward inside B, for every microbatch. Of act_f_bytes,
-// that share is no longer kept (each such layer keeps its input, act_input_bytes, instead); B gains
-// that share of t_r_us and one layer's activation of workspace (the layer rerun); what W needs is
-// unchanged, so B may now allocate (act_b_bytes > 0). Refuses counts outside 0..num_layers and a
-// problem already configured.
-Result<Problem> with_recompute_layers(const Problem& p, const std::vector<int>& layers);
+// keep only their inputs and rerun their forward inside B, for every microbatch. For that share of
+// the layers, act_f_bytes is no longer kept (each such layer keeps its input, act_input_bytes,
+// instead) and B spends that share of t_r_us more, with one layer's activation of workspace while
+// it reruns. What W needs of the rerun layers is held from B until W (B may then allocate:
+// act_b_bytes > 0) — unless weights_in_b: then B
+// computes their weight gradients too, and that share of act_w_bytes and t_w_us moves from W into
+// B (a split backward that holds rerun activations until a late W saves little). Refuses counts
+// outside 0..num_layers and a problem already configured.
+Result<Problem> with_recompute_layers(const Problem& p, const std::vector<int>& layers, bool weights_in_b = false);
 // Ok, or an InvalidInput status naming the first stage that recomputes layers: the optimizer, the
 // exact models and rechunk take a model as profiled (the optimizer decides recomputes itself).
 Status check_no_recompute_layers(const Problem& p);

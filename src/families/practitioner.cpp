@@ -35,7 +35,8 @@ std::string recompute_label(const Problem& p) {
 
 // Raises, on every device over its budget, the count of its stage that recomputes the least share
 // of its layers, until every device fits or some overflowing device has nothing left to recompute.
-std::optional<FamilyRun> least_recompute(const FamilyRun& published, const SimOptions& sim, Clock::time_point deadline) {
+std::optional<FamilyRun> least_recompute(const FamilyRun& published, bool weights_in_b, const SimOptions& sim,
+                                         Clock::time_point deadline) {
   const Problem& p = published.built.problem;
   const Schedule& s = published.built.schedule;
   std::vector<int> layers(p.num_stages(), 0);
@@ -52,11 +53,13 @@ std::optional<FamilyRun> least_recompute(const FamilyRun& published, const SimOp
         const double share = static_cast<double>(layers[st]) / p.stages[st].num_layers;
         if (pick < 0 || share < static_cast<double>(layers[pick]) / p.stages[pick].num_layers) pick = st;
       }
-      if (pick < 0) raised_all = false;
-      else layers[pick]++;
+      if (pick < 0)
+        raised_all = false;
+      else
+        layers[pick]++;
     }
     if (!raised_all) return std::nullopt;  // a device overflows with every layer recomputed
-    Result<Problem> configured = with_recompute_layers(p, layers);
+    Result<Problem> configured = with_recompute_layers(p, layers, weights_in_b);
     OPTPIPE_CHECK(configured.ok(), "recompute configuration refused: " + configured.status.message);
     SimResult r = simulate(configured.value, s, {.op_times = false, .any_timing = false});
     OPTPIPE_CHECK(r.ok(), "a recompute configuration does not simulate: " + r.status.message);
@@ -64,7 +67,8 @@ std::optional<FamilyRun> least_recompute(const FamilyRun& published, const SimOp
       FamilyRun run;
       run.family = published.family;
       run.tuning = Tuning::kRecompute;
-      run.label = published.label + " +recompute " + recompute_label(configured.value);
+      run.label =
+          published.label + " +recompute " + recompute_label(configured.value) + (weights_in_b ? ", W in B" : "");
       run.built = {std::move(configured.value), s};
       score_run(sim, &run);
       return run;
@@ -97,6 +101,13 @@ std::optional<FamilyRun> least_offload(const FamilyRun& published, const SimOpti
   return std::nullopt;
 }
 
+bool has(const Schedule& s, OpKind kind) {
+  for (const DeviceSchedule& ds : s.devices)
+    for (const Op& op : ds.compute)
+      if (op.kind == kind) return true;
+  return false;
+}
+
 bool recomputes_or_offloads(const Schedule& s) {
   for (const DeviceSchedule& ds : s.devices) {
     if (!ds.offloads.empty()) return true;
@@ -108,10 +119,18 @@ bool recomputes_or_offloads(const Schedule& s) {
 
 }  // namespace
 
-std::vector<FamilyRun> practitioner_runs(const FamilyRun& published, const SimOptions& sim, Clock::time_point deadline) {
+std::vector<FamilyRun> practitioner_runs(const FamilyRun& published, const SimOptions& sim,
+                                         Clock::time_point deadline) {
   std::vector<FamilyRun> out;
   if (!published.status.ok() || published.fits || recomputes_or_offloads(published.built.schedule)) return out;
-  if (std::optional<FamilyRun> r = least_recompute(published, sim, deadline)) out.push_back(std::move(*r));
+  // A split backward may hold the rerun layers' inputs for W or compute their weight gradients in
+  // B; a practitioner keeps the faster of the two that fits.
+  std::optional<FamilyRun> recompute = least_recompute(published, false, sim, deadline);
+  if (has(published.built.schedule, OpKind::kW)) {
+    std::optional<FamilyRun> in_b = least_recompute(published, true, sim, deadline);
+    if (in_b && (!recompute || in_b->timeline.makespan_us < recompute->timeline.makespan_us)) recompute = in_b;
+  }
+  if (recompute) out.push_back(std::move(*recompute));
   if (std::optional<FamilyRun> r = least_offload(published, sim, deadline)) out.push_back(std::move(*r));
   return out;
 }

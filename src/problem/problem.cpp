@@ -125,7 +125,7 @@ Status check_problem(const Problem& p) {
       return bad(f + "recompute_layers", "must be 0 to num_layers (" + std::to_string(g.num_layers) + ")",
                  std::to_string(g.recompute_layers));
     if (g.act_b_bytes > 0 && g.recompute_layers == 0)
-      return bad(f + "act_b_bytes", "must be ≤ 0 (B frees memory unless it recomputes layers)",
+      return bad(f + "act_b_bytes", "must be ≤ 0 (B frees memory unless it reruns layers for W)",
                  std::to_string(g.act_b_bytes));
     if (g.act_w_bytes > 0) return bad(f + "act_w_bytes", "must be ≤ 0 (W frees memory)", std::to_string(g.act_w_bytes));
     const int64_t sum = g.act_f_bytes + g.act_b_bytes + g.act_w_bytes;
@@ -293,7 +293,7 @@ Status check_no_recompute_layers(const Problem& p) {
   return Status::Ok();
 }
 
-Result<Problem> with_recompute_layers(const Problem& p, const std::vector<int>& layers) {
+Result<Problem> with_recompute_layers(const Problem& p, const std::vector<int>& layers, bool weights_in_b) {
   using R = Result<Problem>;
   if (Status st = check_no_recompute_layers(p); !st.ok()) return R::Error(st);
   if (layers.size() != p.stages.size())
@@ -311,6 +311,11 @@ Result<Problem> with_recompute_layers(const Problem& p, const std::vector<int>& 
     const int64_t layer_bytes = g.act_f_bytes / n;
     const int64_t dropped = static_cast<int64_t>(std::llround(share * g.act_f_bytes));
     g.act_f_bytes = std::min(g.act_f_bytes, g.act_f_bytes - dropped + k * g.act_input_bytes);
+    if (weights_in_b) {
+      g.act_w_bytes -= static_cast<int64_t>(std::llround(share * g.act_w_bytes));
+      g.t_b_us += share * g.t_w_us;
+      g.t_w_us -= share * g.t_w_us;
+    }
     g.act_b_bytes = -g.act_f_bytes - g.act_w_bytes;
     g.t_b_us += share * g.t_r_us;
     g.ws_b_bytes += layer_bytes;
