@@ -100,6 +100,33 @@ TEST(ClosedForm, ZeroBubbleH2HasNoBubbleAtTwiceTheMemory) {
   }
 }
 
+// The zero-bubble paper's 1.5B setting (Qi et al., ICLR 2024, Tables 5 and 9: p = 8, m = 24,
+// T_F/T_B/T_W/T_comm = 18.522/18.086/9.337/0.601 ms, M_W = 0.3664 M_B): its automatic scheduler
+// reaches the published ZB-1p and ZB-2p bubble rates, cost = the longest per-device span.
+TEST(Published, ZbAutoReachesTheZeroBubblePapersRates) {
+  const int64_t m_b = 566624256, m_w = 207618048;
+  for (const auto& [activations, published] : {std::pair{8, 0.1585}, std::pair{16, 0.0433}}) {
+    Problem p = make_uniform_problem({.num_devices = 8,
+                                      .num_microbatches = 24,
+                                      .t_f_us = 18522,
+                                      .t_b_us = 18086,
+                                      .t_w_us = 9337,
+                                      .t_comm_us = 601,
+                                      .act_f_bytes = m_b,
+                                      .act_w_bytes = -m_w,
+                                      .act_input_bytes = 0,
+                                      .static_bytes = 0,
+                                      .mem_budget_bytes = activations * m_b});
+    Result<FamilySchedule> fs = build_family(*find_family("zb-auto"), p);
+    ASSERT_TRUE(fs.ok()) << fs.status.message;
+    SimResult sim = simulate(fs.value.problem, fs.value.schedule);
+    ASSERT_TRUE(sim.ok());
+    EXPECT_TRUE(fits_budget(p, sim.timeline));
+    const double span = sim.timeline.max_span_us, work = 24 * (18522.0 + 18086 + 9337);
+    EXPECT_NEAR((span - work) / span, published, 5e-5) << activations << " M_B";
+  }
+}
+
 TEST(ClosedForm, InterleavedDividesTheBubbleByV) {
   for (int D : {2, 4, 8}) {
     for (int v : {2, 3, 4}) {

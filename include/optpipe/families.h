@@ -86,6 +86,7 @@ Result<Schedule> make_1f1b(const Problem& p);
 Result<Schedule> make_interleaved_1f1b(const Problem& p);
 Result<Schedule> make_zb_h1(const Problem& p);
 Result<Schedule> make_zb_h2(const Problem& p);
+Result<Schedule> make_zb_auto(const Problem& p);
 Result<Schedule> make_zb_v(const Problem& p);
 Result<Schedule> make_v_half(const Problem& p);
 Result<Schedule> make_v_min(const Problem& p);

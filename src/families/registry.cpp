@@ -13,6 +13,8 @@ const std::vector<Family>& families() {
        "Megatron's interleaved 1F1B over v chunks per device; bubble ÷ v, more activations"},
       {"zb-h1", Placement::kLinear, 1, make_zb_h1, "zero-bubble H1: split backward, W fills bubbles; 1F1B's memory"},
       {"zb-h2", Placement::kLinear, 1, make_zb_h2, "zero-bubble H2: more warm-up forwards; ~zero bubble at ~2× memory"},
+      {"zb-auto", Placement::kLinear, 1, make_zb_auto,
+       "zero-bubble's automatic scheduler (ZB-1p/ZB-2p): greedy under the budget, W filling the waits"},
       {"zb-v", Placement::kVShape, 2, make_zb_v, "zero-bubble V: two chunks in a V; ~zero bubble at 1F1B's memory"},
       {"v-half", Placement::kVShape, 2, make_v_half, "V-shape at half of 1F1B's activation memory"},
       {"v-min", Placement::kVShape, 2, make_v_min, "V-shape at a third of 1F1B's activation memory"},
