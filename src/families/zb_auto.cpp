@@ -184,8 +184,7 @@ Schedule schedule_by_completion(const Problem& p, const ZbGreedy& g, const std::
 }  // namespace
 
 Result<Schedule> make_zb_auto(const Problem& p) {
-  if (Status st = require_placement(p, "zb-auto", Placement::kLinear, 1); !st.ok())
-    return Result<Schedule>::Error(st);
+  if (Status st = require_placement(p, "zb-auto", Placement::kLinear, 1); !st.ok()) return Result<Schedule>::Error(st);
   Result<Schedule> best = Result<Schedule>::Error(
       Status::Invalid("zb-auto: some device's budget, less its static memory, cannot hold the activations its "
                       "order needs"));
