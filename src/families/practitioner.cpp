@@ -3,7 +3,6 @@
 // --recompute-num-layers k, with k per stage as small as fits) or PipeOffload's offload ratio (the
 // smallest, in tenths, that fits). These are the baselines the optimizer has to beat: what a
 // practitioner could configure without it.
-#include <numeric>
 #include <optional>
 
 #include "families/common.h"
@@ -33,6 +32,10 @@ std::string recompute_label(const Problem& p) {
   return std::to_string(k_min) + "–" + std::to_string(k_max) + "/" + n + " layers";
 }
 
+// A stage's count rises a layer at a time, or a 64th of its layers when it has more than 127
+// (so that no stage takes more than 128 rounds, whatever its input says).
+int layer_step(const StageSpec& g) { return std::max(1, g.num_layers / 64); }
+
 // Raises, on every device over its budget, the count of its stage that recomputes the least share
 // of its layers, until every device fits or some overflowing device has nothing left to recompute.
 std::optional<FamilyRun> least_recompute(const FamilyRun& published, bool weights_in_b, const SimOptions& sim,
@@ -40,10 +43,10 @@ std::optional<FamilyRun> least_recompute(const FamilyRun& published, bool weight
   const Problem& p = published.built.problem;
   const Schedule& s = published.built.schedule;
   std::vector<int> layers(p.num_stages(), 0);
-  const int total_layers = std::accumulate(p.stages.begin(), p.stages.end(), 0,
-                                           [](int sum, const StageSpec& g) { return sum + g.num_layers; });
+  int max_rounds = 0;  // each round raises at least one count
+  for (const StageSpec& g : p.stages) max_rounds += (g.num_layers + layer_step(g) - 1) / layer_step(g);
   Timeline t = published.timeline;
-  for (int round = 0; round < total_layers && Clock::now() <= deadline; round++) {  // each round raises one count
+  for (int round = 0; round < max_rounds && Clock::now() <= deadline; round++) {
     bool raised_all = true;
     for (int d = 0; d < p.num_devices; d++) {
       if (t.devices[d].peak_bytes <= p.devices[d].mem_budget_bytes) continue;
@@ -56,11 +59,11 @@ std::optional<FamilyRun> least_recompute(const FamilyRun& published, bool weight
       if (pick < 0)
         raised_all = false;
       else
-        layers[pick]++;
+        layers[pick] = std::min(p.stages[pick].num_layers, layers[pick] + layer_step(p.stages[pick]));
     }
     if (!raised_all) return std::nullopt;  // a device overflows with every layer recomputed
     Result<Problem> configured = with_recompute_layers(p, layers, weights_in_b);
-    OPTPIPE_CHECK(configured.ok(), "recompute configuration refused: " + configured.status.message);
+    if (!configured.ok()) return std::nullopt;  // e.g. a backward grown past the longest duration allowed
     SimResult r = simulate(configured.value, s, {.op_times = false, .any_timing = false});
     OPTPIPE_CHECK(r.ok(), "a recompute configuration does not simulate: " + r.status.message);
     if (fits_budget(configured.value, r.timeline)) {
@@ -108,12 +111,9 @@ bool has(const Schedule& s, OpKind kind) {
   return false;
 }
 
-bool recomputes_or_offloads(const Schedule& s) {
-  for (const DeviceSchedule& ds : s.devices) {
+bool offloads(const Schedule& s) {
+  for (const DeviceSchedule& ds : s.devices)
     if (!ds.offloads.empty()) return true;
-    for (const Op& op : ds.compute)
-      if (op.kind == OpKind::kR) return true;
-  }
   return false;
 }
 
@@ -122,11 +122,12 @@ bool recomputes_or_offloads(const Schedule& s) {
 std::vector<FamilyRun> practitioner_runs(const FamilyRun& published, const SimOptions& sim,
                                          Clock::time_point deadline) {
   std::vector<FamilyRun> out;
-  if (!published.status.ok() || published.fits || recomputes_or_offloads(published.built.schedule)) return out;
+  const Schedule& s = published.built.schedule;
+  if (!published.status.ok() || published.fits || has(s, OpKind::kR) || offloads(s)) return out;
   // A split backward may hold the rerun layers' inputs for W or compute their weight gradients in
   // B; a practitioner keeps the faster of the two that fits.
   std::optional<FamilyRun> recompute = least_recompute(published, false, sim, deadline);
-  if (has(published.built.schedule, OpKind::kW)) {
+  if (has(s, OpKind::kW)) {
     std::optional<FamilyRun> in_b = least_recompute(published, true, sim, deadline);
     if (in_b && (!recompute || in_b->timeline.makespan_us < recompute->timeline.makespan_us)) recompute = in_b;
   }
