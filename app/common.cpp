@@ -129,6 +129,10 @@ int64_t max_peak(const Timeline& t) {
 
 std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions& sim, OptimizeOptions options,
                                               OptimizeResult* r) {
+  if (Status st = check_static_memory(p); !st.ok()) {  // before the families, which cannot fit either
+    r->status = st;
+    return {};
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const auto limit = std::chrono::duration<double>(options.time_limit_s);
   std::vector<FamilyRun> runs = run_families(

@@ -119,11 +119,12 @@ check "plan's schedule on plan's problem fits" 0 "fits the budget" -- "$bin" sim
 check "plan unknown model" 1 "unknown model" -- "$bin" plan --model gpt-9000
 check "plan bad budget" 1 "--budget" -- "$bin" plan --budget lots
 check "plan bad cluster" 1 "unknown GPU" -- "$bin" plan --cluster 8xtpu
-check "plan too small a budget" 3 "nothing found fits" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 10GiB -q --max-evaluations 2000
+check "plan static memory over budget" 3 "device 0's static memory alone (parameters, gradients, optimizer state) is 67.66 GiB" -- "$bin" plan --model llama2-70b --cluster 16xh100 --budget 60GiB -q
+check "plan too small a budget" 3 "nothing found fits" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 27.5GiB -q --max-evaluations 2000
 
 # Every row's bound holds for that row: families over budget are bound by the budget-free bound, so
 # no printed gap is negative (it was for zb-h2 and dualpipe-v here).
-"$bin" plan --model llama2-70b --cluster 16xh100 --budget 60GiB -q --max-evaluations 300 --json -o "$tmp/none.json" > "$tmp/plan70.json" || [ $? -eq 3 ] || { echo "FAIL plan 70b exit"; failures=$((failures + 1)); }
+"$bin" plan --model llama2-70b --cluster 16xh100 --budget 70GiB -q --max-evaluations 300 --json -o "$tmp/none.json" > "$tmp/plan70.json" || [ $? -eq 3 ] || { echo "FAIL plan 70b exit"; failures=$((failures + 1)); }
 python3 - "$tmp/plan70.json" <<'PY' || failures=$((failures + 1))
 import json, sys
 o = json.load(open(sys.argv[1]))

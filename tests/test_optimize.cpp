@@ -415,3 +415,18 @@ TEST(Optimize, AnswersFitUnderAnyTimingAtNoCost) {
   for (int d = 0; d < safe.problem.num_devices; d++)
     EXPECT_EQ(safe.needed_budget_bytes[d], safe.timeline.devices[d].worst_peak_bytes);
 }
+
+// Static memory alone over a device's budget: refused before any search, naming the device.
+TEST(Optimize, StaticMemoryOverTheBudgetIsRefusedAtOnce) {
+  Problem p = default_problem();
+  p.devices[2].mem_budget_bytes = p.devices[2].static_bytes - 1;
+  OptimizeOptions o;
+  o.time_limit_s = 600;  // an answer that searched would take it
+  OptimizeResult r = optimize(p, o);
+  EXPECT_EQ(r.status.code, StatusCode::kInfeasible);
+  EXPECT_NE(r.status.message.find("device 2's static memory alone"), std::string::npos) << r.status.message;
+  EXPECT_EQ(r.stats.evaluations, 0);
+  p.devices[2].mem_budget_bytes = p.devices[2].static_bytes;  // exactly full: searched, and nothing fits
+  o.max_evaluations = 200;
+  EXPECT_TRUE(optimize(p, o).status.ok());
+}

@@ -110,6 +110,11 @@ struct OptimizeStats {
   int waits_added = 0, reload_gates_added = 0;
 };
 
+// Infeasible, naming the device, its static bytes and what would help, when some device's static
+// memory alone passes its budget: no placement or schedule changes static memory, so optimize()
+// answers so at once, before any search.
+Status check_static_memory(const Problem& p);
+
 // A run's figures as a baseline (an empty one for nullptr).
 OptimizeStats::Baseline baseline_of(const FamilyRun* run, Objective objective);
 

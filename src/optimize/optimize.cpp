@@ -12,6 +12,7 @@
 #include "optpipe/noise.h"
 #include "optpipe/optimize.h"
 #include "optpipe/passes.h"
+#include "optpipe/units.h"
 #include "optpipe/validate.h"
 
 namespace optpipe {
@@ -112,6 +113,20 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, doubl
 
 }  // namespace
 
+Status check_static_memory(const Problem& p) {
+  for (int d = 0; d < p.num_devices; d++) {
+    const DeviceSpec& dev = p.devices[d];
+    if (dev.static_bytes > dev.mem_budget_bytes)
+      return Status::Infeasible(
+          "no schedule can fit: device " + std::to_string(d) +
+          "'s static memory alone (parameters, gradients, "
+          "optimizer state) is " +
+          format_bytes(dev.static_bytes) + ", above its budget of " + format_bytes(dev.mem_budget_bytes) +
+          "; more pipeline stages, tensor parallelism, a distributed optimizer or a larger budget would help");
+  }
+  return Status::Ok();
+}
+
 OptimizeStats::Baseline baseline_of(const FamilyRun* run, Objective objective) {
   if (!run) return {};
   return {.label = run->label,
@@ -129,6 +144,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   if (out.status.ok()) out.status = check_no_recompute_layers(p);
   if (out.status.ok()) out.status = check_options(options, robust);
   if (out.status.ok()) out.status = check_rules_options(options.rules);
+  if (out.status.ok()) out.status = check_static_memory(p);
   if (!out.status.ok()) return out;
 
   // Every family that applies, then greedy schedules, each scored; then repairs of those that
