@@ -10,6 +10,7 @@
 #include "optpipe/cost_model.h"
 #include "optpipe/files.h"
 #include "optpipe/json_io.h"
+#include "optpipe/layouts.h"
 #include "optpipe/results_json.h"
 #include "optpipe/units.h"
 #include "tables.h"
@@ -31,28 +32,60 @@ struct PlanArgs {
   int microbatch_size = 1;
   int gpus_per_host_link = 0;       // 0: the cluster preset's
   bool no_flash_attention = false;  // keep the attention scores (no selective recompute)
+  int tp = 1, dp = 1;
+  bool no_sequence_parallel = false, no_distributed_optimizer = false;
+  int64_t global_batch = 0;  // sequences; 0: microbatches × microbatch size × dp
+  bool search = false;       // rank the cluster's layouts instead
   OptimizerArgs optimizer;
   bool as_json = false;
 };
 
-// The problem the cost model builds from the presets and options (and a measured profile).
-Result<Problem> plan_problem(const PlanArgs& a, int* seq_len) {
-  using R = Result<Problem>;
+// The model, cluster and plan the options name.
+struct PlanInputs {
+  ModelSpec model;
+  ClusterSpec cluster;
+  PlanSpec plan;
+};
+
+Result<PlanInputs> plan_inputs(const PlanArgs& a) {
+  using R = Result<PlanInputs>;
+  PlanInputs in;
   Result<ModelSpec> model = find_model(a.model);
   if (!model.ok()) return R::Error(model.status);
-  ModelSpec model_spec = model.value;
-  model_spec.flash_attention = !a.no_flash_attention;
-  *seq_len = model_spec.seq_len;
+  in.model = model.value;
+  in.model.flash_attention = !a.no_flash_attention;
   Result<ClusterSpec> cluster = find_cluster(a.cluster);
   if (!cluster.ok()) return R::Error(cluster.status);
-  if (a.gpus_per_host_link > 0) cluster.value.gpus_per_host_link = a.gpus_per_host_link;
-  PlanSpec plan;
+  in.cluster = cluster.value;
+  if (a.gpus_per_host_link > 0) in.cluster.gpus_per_host_link = a.gpus_per_host_link;
+  PlanSpec& plan = in.plan;
   plan.num_microbatches = a.microbatches;
   plan.microbatch_size = a.microbatch_size;
   plan.partition = a.partition == "uniform" ? Partition::kUniform : Partition::kBalanced;
+  plan.tp = a.tp;
+  plan.dp = a.dp;
+  plan.sequence_parallel = !a.no_sequence_parallel;
+  plan.distributed_optimizer = !a.no_distributed_optimizer;
+  if (a.global_batch > 0 && !a.search) {
+    if (a.microbatches > 0) return R::Error(Status::Invalid("give --global-batch or --microbatches, not both"));
+    const int64_t per_rank = int64_t{a.dp} * a.microbatch_size;
+    if (a.global_batch % per_rank != 0)
+      return R::Error(Status::Invalid("--global-batch " + std::to_string(a.global_batch) +
+                                      " is not a multiple of dp × microbatch size = " + std::to_string(per_rank)));
+    plan.num_microbatches = static_cast<int>(std::min<int64_t>(a.global_batch / per_rank, 100000));
+  }
   if (!a.budget.empty() && (!parse_bytes(a.budget, &plan.mem_budget_bytes) || plan.mem_budget_bytes <= 0))
     return R::Error(Status::Invalid("--budget: expected a positive size such as 60GiB, got \"" + a.budget + "\""));
-  Result<Problem> problem = build_problem(model_spec, cluster.value, plan);
+  return R::Of(std::move(in));
+}
+
+// The problem the cost model builds from the presets and options (and a measured profile).
+Result<Problem> plan_problem(const PlanArgs& a, int* seq_len) {
+  using R = Result<Problem>;
+  Result<PlanInputs> in = plan_inputs(a);
+  if (!in.ok()) return R::Error(in.status);
+  *seq_len = in.value.model.seq_len;
+  Result<Problem> problem = build_problem(in.value.model, in.value.cluster, in.value.plan);
   if (!problem.ok() || a.profile_path.empty()) return problem;
   Result<std::string> text = read_text_file(a.profile_path);
   if (!text.ok()) return R::Error(text.status);
@@ -145,7 +178,107 @@ void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const Optimize
   if (!a.report_path.empty()) std::printf("wrote %s\n", a.report_path.c_str());
 }
 
-int run_plan(const PlanArgs& a) {
+std::string layout_cell(const LayoutRow& r) {
+  return r.label() + ", " + std::to_string(r.microbatch_size) + " × " + std::to_string(r.num_microbatches);
+}
+
+nlohmann::json layout_json(const LayoutRow& r) {
+  nlohmann::json j = {{"pp", r.pp},
+                      {"tp", r.tp},
+                      {"dp", r.dp},
+                      {"microbatch_size", r.microbatch_size},
+                      {"num_microbatches", r.num_microbatches},
+                      {"status", r.status.ok() ? "ok" : status_code_name(r.status.code)},
+                      {"bound_us", r.bound_us},
+                      {"evaluated", r.evaluated}};
+  if (!r.status.ok()) j["reason"] = r.status.message;
+  if (r.fits)
+    j.update({{"schedule", r.schedule},
+              {"iteration_us", r.iteration_us},
+              {"dp_exposed_us", r.dp_exposed_us},
+              {"tokens_per_s", r.tokens_per_s},
+              {"tflops_per_gpu", r.tflops_per_gpu},
+              {"mfu", r.mfu},
+              {"peak_bytes", r.peak_bytes},
+              {"fits_any_timing", r.fits_any_timing}});
+  return j;
+}
+
+// plan --search: the cluster's layouts ranked by throughput beside Megatron's default.
+int run_layout_search(const PlanArgs& a, CLI::App* c) {
+  if (a.global_batch < 1) return usage_error("--search needs --global-batch SEQUENCES");
+  Result<PlanInputs> in = plan_inputs(a);
+  if (!in.ok()) return fail(in.status);
+  const OptimizeOptions options = a.optimizer.parsed();
+  LayoutSearchOptions o{.global_batch = a.global_batch,
+                        .mem_budget_bytes = in.value.plan.mem_budget_bytes,
+                        .time_limit_s = c->get_option("--time-limit")->count() > 0 ? options.time_limit_s : 60,
+                        .seed = options.seed};
+  if (!a.optimizer.quiet)
+    o.progress = [](const LayoutRow& r, int done, int screened) {
+      std::fprintf(stderr, "[%d/%d] %-18s %s\n", done, screened, layout_cell(r).c_str(),
+                   r.fits ? (format_us(r.iteration_us) + " " + r.schedule).c_str() : r.status.message.c_str());
+    };
+  Result<LayoutSearch> found = search_layouts(in.value.model, in.value.cluster, o);
+  if (!found.ok()) return fail(found.status);
+  const LayoutSearch& ls = found.value;
+  const LayoutRow& def = ls.megatron_default;
+  const bool any = !ls.rows.empty() && ls.rows[0].fits;
+  if (a.as_json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const LayoutRow& r : ls.rows) rows.push_back(layout_json(r));
+    print_json(
+        {{"model", a.model},
+         {"cluster", a.cluster},
+         {"global_batch", a.global_batch},
+         {"layouts", ls.layouts},
+         {"evaluated", ls.evaluated},
+         {"wall_s", ls.wall_s},
+         {"megatron_default", layout_json(def)},
+         {"speedup_vs_megatron_default",
+          any && def.fits ? nlohmann::json(def.iteration_us / ls.rows[0].iteration_us) : nlohmann::json(nullptr)},
+         {"rows", rows}});
+    return any ? kExitOk : kExitInfeasible;
+  }
+  std::vector<std::vector<std::string>> table = {{"rank", "layout, microbatches", "schedule", "iteration", "tokens/s",
+                                                  "TFLOP/s/GPU", "MFU", "peak memory", "fits", "vs default"}};
+  int rank = 0;
+  auto add = [&](const std::string& first, const LayoutRow& r) {
+    table.push_back({first, layout_cell(r), r.schedule, format_us(r.iteration_us),
+                     fmt::format("{:.0f}", r.tokens_per_s), fmt::format("{:.0f}", r.tflops_per_gpu),
+                     fmt::format("{:.1f}%", 100 * r.mfu), format_bytes(r.peak_bytes),
+                     fits_cell(r.fits_any_timing, r.fits),
+                     def.fits ? fmt::format("{:.3f}x", def.iteration_us / r.iteration_us) : "-"});
+  };
+  for (const LayoutRow& r : ls.rows)
+    if (r.fits && rank < 25) add(std::to_string(++rank), r);
+  if (def.fits) add("default", def);
+  std::printf("%s on %s, global batch %lld sequences of %d tokens: %d layouts, %d evaluated in %.1f s\n\n%s",
+              a.model.c_str(), a.cluster.c_str(), static_cast<long long>(a.global_batch), in.value.model.seq_len,
+              ls.layouts, ls.evaluated, ls.wall_s, aligned_table(table).c_str());
+  std::printf(
+      "\ndefault: Megatron's — tensor parallelism across the node, 1F1B with the least selective recompute "
+      "that fits%s\n",
+      def.fits ? "" : (": " + def.status.message).c_str());
+  if (any && def.fits)
+    std::printf("best: %s, %s — %.3fx the default\n", layout_cell(ls.rows[0]).c_str(), ls.rows[0].schedule.c_str(),
+                def.iteration_us / ls.rows[0].iteration_us);
+  int not_fitting = 0, refused = 0, waiting = 0;
+  for (const LayoutRow& r : ls.rows) {
+    if (r.evaluated)
+      not_fitting += !r.fits;
+    else
+      (r.bound_us > 0 ? waiting : refused)++;
+  }
+  std::printf(
+      "%d searched found nothing that fits; %d refused before any search (static memory, the model's shape); "
+      "%d passed the screen but were left unsearched (by bound, within the time limit)\n",
+      not_fitting, refused, waiting);
+  return any ? kExitOk : kExitInfeasible;
+}
+
+int run_plan(const PlanArgs& a, CLI::App* c) {
+  if (a.search) return run_layout_search(a, c);
   int seq_len = 0;
   Result<Problem> problem = plan_problem(a, &seq_len);
   if (!problem.ok()) return fail(problem.status);
@@ -220,7 +353,17 @@ Command add_plan_command(CLI::App& app) {
   c->add_option("--problem-out", a->problem_out_path,
                 "also write the problem built from the model (for simulate, optimize, ...)");
   add_json_flag(c, &a->as_json);
-  return {c, [a] { return run_plan(*a); }};
+  c->add_option("--tp", a->tp, "tensor-parallel degree, within a node")->check(CLI::Range(1, 64));
+  c->add_option("--dp", a->dp, "data-parallel degree (pipeline stages: GPUs / (tp × dp))")->check(CLI::Range(1, 4096));
+  c->add_flag("--no-sequence-parallel", a->no_sequence_parallel, "with --tp: activations not sharded");
+  c->add_flag("--no-distributed-optimizer", a->no_distributed_optimizer,
+              "with --dp: optimizer state not sharded over data-parallel ranks");
+  c->add_option("--global-batch", a->global_batch, "sequences per iteration (microbatches = it / (dp × size))")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000000}));
+  c->add_flag("--search", a->search,
+              "rank the cluster's layouts (pipeline, tensor, data degrees, microbatches) for --global-batch; "
+              "--time-limit defaults to 60 s");
+  return {c, [a, c] { return run_plan(*a, c); }};
 }
 
 }  // namespace optpipe

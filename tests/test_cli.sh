@@ -136,6 +136,27 @@ for r in rows:
 print("ok   plan --json: every row's gap is non-negative, over budget or not")
 PY
 
+# The layout search: layouts ranked by throughput, each that fits under any timing, beside
+# Megatron's default; --search without a batch is a usage error.
+"$bin" plan --model gpt-7b --cluster 16xh100 --global-batch 64 --search --time-limit 6 -q --json > "$tmp/layouts.json" \
+  || { echo "FAIL plan --search exit"; failures=$((failures + 1)); }
+python3 - "$tmp/layouts.json" <<'PY' || failures=$((failures + 1))
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["layouts"] >= 20 and o["evaluated"] >= 1, (o["layouts"], o["evaluated"])
+fit = [r for r in o["rows"] if r["status"] == "ok" and r["evaluated"] and "iteration_us" in r]
+assert fit and all(r["fits_any_timing"] for r in fit), fit[:2]
+assert [r["iteration_us"] for r in fit] == sorted(r["iteration_us"] for r in fit)
+for r in o["rows"]:
+    assert r["pp"] * r["tp"] * r["dp"] == 16 and r["num_microbatches"] * r["microbatch_size"] * r["dp"] == 64, r
+d = o["megatron_default"]
+assert d["tp"] == 8 and d["schedule"].startswith("1f1b"), d
+assert o["speedup_vs_megatron_default"] >= 1 - 1e-9, o["speedup_vs_megatron_default"]
+print("ok   plan --search ranks layouts that fit under any timing, beside Megatron's default")
+PY
+check "plan --search needs a batch" 2 "--global-batch" -- "$bin" plan --search
+check "plan tp beyond a node" 1 "within a node" -- "$bin" plan --model gpt-7b --cluster 16xh100 --tp 16
+
 # Usage errors: exit 2.
 check "optimize bad threads" 2 "" -- "$bin" optimize --threads 0
 check "unknown export format" 2 "" -- "$bin" export --family zb-v --format pdf

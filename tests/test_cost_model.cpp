@@ -75,8 +75,11 @@ TEST(CostModel, ProblemFromModelAndCluster) {
   EXPECT_EQ(p.value.stages[3].act_f_bytes, 4 * layer.act_bytes);
   EXPECT_EQ(p.value.devices[3].static_bytes, 16 * 4 * layer.params);                     // [R20]
   EXPECT_EQ(p.value.devices[0].static_bytes, 16 * (4 * layer.params + 51200ll * 4096));  // + embedding
-  // Hop: 10 µs + 2·s·h bytes at 50 GB/s.
-  EXPECT_NEAR(p.value.t_comm_us, 10 + 2.0 * 2048 * 4096 / 50e3, 1e-9);
+  // Hop: 10 µs + 2·s·h bytes at 360 GB/s: one node's NVLink; on two nodes, InfiniBand's 50 GB/s.
+  EXPECT_NEAR(p.value.t_comm_us, 10 + 2.0 * 2048 * 4096 / 360e3, 1e-9);
+  Result<Problem> two_nodes = build_problem(m, find_cluster("16xh100").value, plan);
+  ASSERT_TRUE(two_nodes.ok());
+  EXPECT_NEAR(two_nodes.value.t_comm_us, 10 + 2.0 * 2048 * 4096 / 50e3, 1e-9);
   EXPECT_EQ(p.value.devices[5].mem_budget_bytes, 60ll << 30);
   EXPECT_GT(p.value.stages[7].t_f_us, p.value.stages[3].t_f_us);  // the LM head
 }
@@ -112,4 +115,73 @@ TEST(CostModel, MeasuredProfileOverridesFormulas) {
             std::string::npos);
   EXPECT_NE(apply_profile(R"({"speed":1})", &q).message.find("speed: unknown field"), std::string::npos);
   EXPECT_EQ(problem_to_json(q), problem_to_json(default_problem()));  // failures change nothing
+}
+
+namespace {
+
+// gpt-7b (32 layers, h 4096, s 2048) on `gpus` A100-80GB with the given degrees, 8 microbatches.
+Problem gpt7b(int gpus, int tp, int dp, bool sequence_parallel = true, bool distributed_optimizer = true) {
+  PlanSpec plan;
+  plan.num_microbatches = 8;
+  plan.tp = tp;
+  plan.dp = dp;
+  plan.sequence_parallel = sequence_parallel;
+  plan.distributed_optimizer = distributed_optimizer;
+  Result<Problem> p =
+      build_problem(find_model("gpt-7b").value, find_cluster(std::to_string(gpus) + "xa100-80gb").value, plan);
+  EXPECT_TRUE(p.ok()) << p.status.message;
+  return p.value;
+}
+
+}  // namespace
+
+TEST(CostModel, TensorParallelHalvesComputeAndParametersAndAddsItsCollectives) {
+  const Problem one = gpt7b(8, 1, 1), two = gpt7b(16, 2, 1);  // both 8 pipeline stages of 4 layers
+  ASSERT_EQ(one.num_devices, 8);
+  ASSERT_EQ(two.num_devices, 8);
+  // [S19] per layer, two all-reduces of b·s·h bf16 values in F and in B: 2 · 2(T−1)/T of them
+  // over the node's 230 GB/s.
+  const double all_reduces_us = 4 * 0.5 * (2048.0 * 4096 * 2) / 230e3;
+  for (int s = 1; s < 7; s++) {  // the middle stages: 4 layers each, no embedding or head
+    EXPECT_NEAR(two.stages[s].t_f_us, one.stages[s].t_f_us / 2 + 4 * all_reduces_us, 1e-6);
+    EXPECT_NEAR(two.stages[s].t_b_us, one.stages[s].t_b_us / 2 + 4 * all_reduces_us, 1e-6);
+    EXPECT_NEAR(two.stages[s].t_w_us, one.stages[s].t_w_us / 2, 1e-6);
+    EXPECT_NEAR(static_cast<double>(two.devices[s].static_bytes), one.devices[s].static_bytes / 2.0, 64);
+  }
+  EXPECT_NEAR(static_cast<double>(two.devices[0].static_bytes), one.devices[0].static_bytes / 2.0, 64);
+}
+
+TEST(CostModel, DistributedOptimizerShardsTheOptimizerState) {
+  const Problem plain = gpt7b(32, 1, 4, true, false), sharded = gpt7b(32, 1, 4, true, true);
+  // [R20] 16 bytes a parameter, of them the 12 of fp32 master weights, momentum and variance
+  // sharded over 4 data-parallel ranks: 4 + 3.
+  for (int d = 0; d < plain.num_devices; d++)
+    EXPECT_NEAR(static_cast<double>(sharded.devices[d].static_bytes), plain.devices[d].static_bytes * 7.0 / 16, 64);
+  EXPECT_EQ(plain.stages[1].act_f_bytes, sharded.stages[1].act_f_bytes);
+  PlanSpec plan;
+  plan.dp = 4;
+  EXPECT_GT(dp_exposed_us(find_model("gpt-7b").value, find_cluster("32xa100-80gb").value, plan), 0);
+  plan.dp = 1;
+  EXPECT_EQ(dp_exposed_us(find_model("gpt-7b").value, find_cluster("32xa100-80gb").value, plan), 0);
+}
+
+TEST(CostModel, SequenceParallelActivationsAreKorthikantis) {
+  // [K22] Table 2, flash attention (no 5as/h term), s 2048, b 1, h 4096, t 4, per layer:
+  // tensor parallel sbh(10 + 24/t) bytes, with sequence parallelism 34·sbh/t; a stage holds 4.
+  const double sbh = 2048.0 * 4096;
+  const Problem tp = gpt7b(32, 4, 1, false), sp = gpt7b(32, 4, 1, true);
+  EXPECT_EQ(tp.stages[1].act_f_bytes, 4 * static_cast<int64_t>(sbh * (10 + 24.0 / 4)));
+  EXPECT_EQ(sp.stages[1].act_f_bytes, 4 * static_cast<int64_t>(sbh * 34 / 4));
+  EXPECT_EQ(sp.stages[1].act_input_bytes, static_cast<int64_t>(sbh * 2 / 4));  // the hop: 1/t per GPU
+}
+
+TEST(CostModel, LayoutsThatCannotBeAreRefused) {
+  PlanSpec plan;
+  plan.tp = 16;  // more than a node
+  EXPECT_NE(build_problem(find_model("gpt-7b").value, find_cluster("32xa100-80gb").value, plan)
+                .status.message.find("within a node"),
+            std::string::npos);
+  plan.tp = 2;
+  plan.dp = 3;  // 32 is not a multiple of 6
+  EXPECT_FALSE(build_problem(find_model("gpt-7b").value, find_cluster("32xa100-80gb").value, plan).ok());
 }

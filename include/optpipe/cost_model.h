@@ -43,17 +43,25 @@ struct ClusterSpec {
   double d2h_gb_per_s = 0, h2d_gb_per_s = 0;  // GPU↔host, each way
   double host_link_latency_us = 10;
   int gpus_per_host_link = 1;  // GPUs sharing one host link (their transfers queue)
-  double p2p_gb_per_s = 0;     // between neighbouring pipeline stages
+  double p2p_gb_per_s = 0;     // between GPUs of different nodes, each way
   double p2p_latency_us = 0;
+  int gpus_per_node = 8;
+  double nvlink_gb_per_s = 0;  // between GPUs of one node: a ring collective's bus bandwidth
 };
 
 enum class Partition { kUniform, kBalanced };
 
+// The cluster's GPUs are tp · dp · pipeline stages, in Megatron's rank order: tensor-parallel
+// ranks innermost (within a node), then data-parallel, then pipeline.
 struct PlanSpec {
-  int num_microbatches = 0;      // 0: 4 × devices
+  int num_microbatches = 0;      // per data-parallel rank; 0: 4 × pipeline devices
   int microbatch_size = 1;       // sequences per microbatch
   int64_t mem_budget_bytes = 0;  // per device; 0: 90% of HBM
   Partition partition = Partition::kBalanced;
+  int tp = 1;                         // tensor-parallel degree, within a node
+  int dp = 1;                         // data-parallel degree
+  bool sequence_parallel = true;      // with tp > 1 (Korthikanti et al.)
+  bool distributed_optimizer = true;  // with dp > 1: optimizer state sharded over dp (ZeRO-1)
 };
 
 const std::vector<ModelSpec>& model_presets();
@@ -79,7 +87,18 @@ LayerCost transformer_layer_cost(const ModelSpec& m, int microbatch_size);
 // LM head and loss. Balanced: as even in forward time as whole layers allow.
 std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, Partition partition, int microbatch_size);
 
-// The problem for `cluster.num_gpus` devices, linear placement (families and the optimizer re-cut it).
+// The problem for the cluster's num_gpus / (tp · dp) pipeline devices, linear placement (families
+// and the optimizer re-cut it). One data-parallel rank's pipeline: every rank runs the same.
 Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan);
+
+// What the data-parallel gradient reduction adds after the last backward, in µs: Megatron's
+// overlapped reduction (--overlap-grad-reduce, 40M-parameter buckets reduced as their gradients
+// are ready) leaves the last bucket's reduce-scatter, and the distributed optimizer's parameter
+// all-gather (--overlap-param-gather) the first bucket's, exposed. 0 with dp = 1.
+double dp_exposed_us(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan);
+
+// The model FLOPs one iteration of `sequences` sequences does (forward, and backward at twice the
+// forward; no recompute): the numerator of MFU.
+double model_flops(const ModelSpec& m, int64_t sequences);
 
 }  // namespace optpipe

@@ -7,7 +7,15 @@
 //  [Q23] Qi et al., "Zero Bubble Pipeline Parallelism", 2023: backward split into B (inputs) and
 //        W (weights); W keeps the matmul inputs and output gradients, 32 of the 34 sbh.
 //  [R20] Rajbhandari et al., "ZeRO", SC'20, §3: mixed-precision Adam keeps 16 bytes per
-//        parameter (2 weights, 2 gradients, 4+4+4 fp32 master, momentum, variance).
+//        parameter (2 weights, 2 gradients, 4+4+4 fp32 master, momentum, variance); §5.1, ZeRO-1
+//        (Megatron's distributed optimizer) shards the 12 over the data-parallel ranks.
+//  [S19] Shoeybi et al., "Megatron-LM", 2019, §3: tensor parallelism splits every layer's
+//        matmuls over T GPUs with two all-reduces of the b·s·h activation in the forward and two
+//        in the backward; [K22] §4.2.2: with sequence parallelism an all-gather and a
+//        reduce-scatter replace each all-reduce (the same bytes on the ring), and every
+//        activation is sharded: 34sbh/T; tensor parallelism alone leaves 10sbh replicated
+//        (norm and first-matmul inputs, dropout masks): sbh(10 + 24/T).
+//  [N21] §4.1: the pipeline hop carries 1/T of the activation per GPU (scatter/gather).
 #include "optpipe/cost_model.h"
 
 #include <algorithm>
@@ -45,12 +53,15 @@ const std::vector<ClusterSpec>& gpu_presets() {
   constexpr int64_t GiB = int64_t{1} << 30;
   // Dense bf16 peaks from the vendor data sheets; host links are PCIe 4.0 / 5.0 x16 as
   // achieved in practice; neighbouring stages talk over 200 / 400 Gb/s InfiniBand.
-  // name, gpus, peak TFLOP/s, utilization, HBM, d2h, h2d, host latency, per link, p2p, p2p latency
+  // Nodes of 8 on NVSwitch: a ring collective's bus bandwidth taken as 230 GB/s (A100, NVLink 3)
+  // and 360 GB/s (H100/H200, NVLink 4), below the links' 300 / 450 GB/s each way.
+  // name, gpus, peak TFLOP/s, utilization, HBM, d2h, h2d, host latency, per link, p2p, p2p latency,
+  // per node, NVLink
   static const std::vector<ClusterSpec> kGpus = {
-      {"a100-40gb", 1, 312, 0.45, 40 * GiB, 25, 25, 10, 1, 25, 10},
-      {"a100-80gb", 1, 312, 0.45, 80 * GiB, 25, 25, 10, 1, 25, 10},
-      {"h100", 1, 989, 0.45, 80 * GiB, 50, 50, 10, 1, 50, 10},
-      {"h200", 1, 989, 0.45, 141'000'000'000, 50, 50, 10, 1, 50, 10},
+      {"a100-40gb", 1, 312, 0.45, 40 * GiB, 25, 25, 10, 1, 25, 10, 8, 230},
+      {"a100-80gb", 1, 312, 0.45, 80 * GiB, 25, 25, 10, 1, 25, 10, 8, 230},
+      {"h100", 1, 989, 0.45, 80 * GiB, 50, 50, 10, 1, 50, 10, 8, 360},
+      {"h200", 1, 989, 0.45, 141'000'000'000, 50, 50, 10, 1, 50, 10, 8, 360},
   };
   return kGpus;
 }
@@ -162,6 +173,61 @@ std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, Partition 
   return n;
 }
 
+namespace {
+
+// A layer's (or the head's) share on one of T tensor-parallel GPUs: FLOPs and parameters divided;
+// activations as [K22] has them (replicated_per_token: what stays whole without sequence
+// parallelism), what W keeps in the same proportion.
+LayerCost shard(const LayerCost& c, int T, bool sequence_parallel, double replicated_bytes) {
+  if (T == 1) return c;
+  LayerCost out = c;
+  out.fwd_flops /= T;
+  out.bwd_input_flops /= T;
+  out.bwd_weight_flops /= T;
+  out.params = c.params / T;
+  const double kept = sequence_parallel ? static_cast<double>(c.act_bytes) / T
+                                        : replicated_bytes + (static_cast<double>(c.act_bytes) - replicated_bytes) / T;
+  out.act_bytes = static_cast<int64_t>(kept);
+  out.act_after_b_bytes =
+      c.act_bytes > 0 ? static_cast<int64_t>(static_cast<double>(c.act_after_b_bytes) * kept / c.act_bytes) : 0;
+  return out;
+}
+
+// Seconds → µs of a ring collective moving `bytes` per GPU among n GPUs at `gb_per_s` bus bandwidth:
+// all-gather or reduce-scatter (n−1)/n of them; an all-reduce is two.
+double ring_us(double bytes, int n, double gb_per_s) {
+  return n > 1 && gb_per_s > 0 ? (n - 1.0) / n * bytes / (gb_per_s * 1e3) : 0;
+}
+
+struct Degrees {
+  int pp = 0, tp = 1, dp = 1;
+  bool sequence_parallel = false, distributed_optimizer = false;
+};
+
+Result<Degrees> degrees(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan) {
+  using R = Result<Degrees>;
+  if (plan.tp < 1 || plan.dp < 1) return R::Error(Status::Invalid("tp and dp must be ≥ 1"));
+  if (plan.tp > cluster.gpus_per_node)
+    return R::Error(Status::Invalid("tensor parallelism stays within a node: tp " + std::to_string(plan.tp) + " > " +
+                                    std::to_string(cluster.gpus_per_node) + " GPUs per node"));
+  if (m.heads % plan.tp != 0 || m.kv_heads % plan.tp != 0)
+    return R::Error(Status::Invalid("tp " + std::to_string(plan.tp) + " must divide the model's " +
+                                    std::to_string(m.heads) + " heads and " + std::to_string(m.kv_heads) +
+                                    " key/value heads"));
+  if (cluster.num_gpus % (plan.tp * plan.dp) != 0)
+    return R::Error(Status::Invalid(std::to_string(cluster.num_gpus) +
+                                    " GPUs are not a multiple of tp × dp = " + std::to_string(plan.tp * plan.dp)));
+  Degrees d;
+  d.tp = plan.tp;
+  d.dp = plan.dp;
+  d.pp = cluster.num_gpus / (plan.tp * plan.dp);
+  d.sequence_parallel = plan.tp > 1 && plan.sequence_parallel;
+  d.distributed_optimizer = plan.dp > 1 && plan.distributed_optimizer;
+  return R::Of(d);
+}
+
+}  // namespace
+
 Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan) {
   using R = Result<Problem>;
   if (m.num_layers < 1 || m.hidden < 1 || m.ffn < 1 || m.heads < 1 || m.kv_heads < 1 || m.seq_len < 1 || m.vocab < 1 ||
@@ -172,30 +238,43 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
     return R::Error(
         Status::Invalid("cluster \"" + cluster.name + "\": needs GPUs, a positive peak and a utilization in (0, 1]"));
   if (plan.microbatch_size < 1) return R::Error(Status::Invalid("microbatch size must be ≥ 1"));
-  const int D = cluster.num_gpus;
+  Result<Degrees> deg = degrees(m, cluster, plan);
+  if (!deg.ok()) return R::Error(deg.status);
+  const int D = deg.value.pp, T = deg.value.tp;
+  const bool sp = deg.value.sequence_parallel;
   if (D > m.num_layers)
     return R::Error(Status::Invalid("more pipeline stages (" + std::to_string(D) + ") than layers (" +
                                     std::to_string(m.num_layers) + ")"));
   const double flops_per_us = cluster.peak_tflops * 1e6 * cluster.utilization;
-  const LayerCost layer = transformer_layer_cost(m, plan.microbatch_size);
-  const LayerCost head = head_cost(m, plan.microbatch_size);
+  const double s = m.seq_len, b = plan.microbatch_size, h = m.hidden, bytes = m.bytes_per_value;
+  // [K22] kept whole without sequence parallelism: norm and first-matmul inputs, GPT's dropout masks.
+  const double replicated = b * s * (4 * h * bytes + (m.mlp == Mlp::kGelu ? 2 * h : 0));
+  const LayerCost layer = shard(transformer_layer_cost(m, plan.microbatch_size), T, sp, replicated);
+  const LayerCost head = shard(head_cost(m, plan.microbatch_size), T, sp, sp ? 0 : b * s * h * bytes);
   const std::vector<int> layers = partition_layers(m, D, plan.partition, plan.microbatch_size);
-  const double s = m.seq_len, b = plan.microbatch_size, h = m.hidden;
+  // [S19] two all-reduces of the b·s·h activation per layer in F (and again in B, and in a
+  // recompute), on the node's NVLink.
+  const double tp_us = 2 * 2 * ring_us(b * s * h * bytes, T, cluster.nvlink_gb_per_s);
+  // The pipeline spans every node, its neighbours tp · dp ranks apart: on more than one node some
+  // hop crosses, and the one hop time the problem holds is the slowest.
+  const bool hop_crosses_nodes = D > 1 && cluster.num_gpus > cluster.gpus_per_node;
 
   Problem p;
   p.num_devices = D;
   p.num_microbatches = plan.num_microbatches > 0 ? plan.num_microbatches : 4 * D;
   p.placement = Placement::kLinear;
   p.chunks_per_device = 1;
-  const double hop_bytes = b * s * h * m.bytes_per_value;  // the hidden state between stages
-  p.t_comm_us = cluster.p2p_latency_us + (cluster.p2p_gb_per_s > 0 ? hop_bytes / (cluster.p2p_gb_per_s * 1e3) : 0);
+  const double hop_bytes = b * s * h * bytes / T;  // [N21] the hidden state between stages, 1/T per GPU
+  const double hop_gb_per_s = hop_crosses_nodes ? cluster.p2p_gb_per_s : cluster.nvlink_gb_per_s;
+  p.t_comm_us = cluster.p2p_latency_us + (hop_gb_per_s > 0 ? hop_bytes / (hop_gb_per_s * 1e3) : 0);
   p.host_link = {cluster.d2h_gb_per_s, cluster.h2d_gb_per_s, cluster.host_link_latency_us};
+  const double optimizer_shards = deg.value.distributed_optimizer ? deg.value.dp : 1;
   for (int c = 0; c < D; c++) {
     const int n = layers[c];
     const bool last = c == D - 1;
     StageSpec st;
-    st.t_f_us = (n * layer.fwd_flops + (last ? head.fwd_flops : 0)) / flops_per_us;
-    st.t_b_us = (n * layer.bwd_input_flops + (last ? head.bwd_input_flops : 0)) / flops_per_us;
+    st.t_f_us = (n * layer.fwd_flops + (last ? head.fwd_flops : 0)) / flops_per_us + n * tp_us;
+    st.t_b_us = (n * layer.bwd_input_flops + (last ? head.bwd_input_flops : 0)) / flops_per_us + n * tp_us;
     st.t_w_us = (n * layer.bwd_weight_flops + (last ? head.bwd_weight_flops : 0)) / flops_per_us;
     st.t_r_us = st.t_f_us;
     st.act_f_bytes = n * layer.act_bytes + (last ? head.act_bytes : 0);
@@ -206,9 +285,9 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
     p.stages.push_back(st);
 
     DeviceSpec dev;
-    int64_t params =
-        n * layer.params + (c == 0 ? static_cast<int64_t>(m.vocab) * m.hidden : 0) + (last ? head.params : 0);
-    dev.static_bytes = 16 * params;  // [R20]
+    const double params =
+        n * layer.params + (c == 0 ? static_cast<double>(m.vocab) * m.hidden / T : 0) + (last ? head.params : 0);
+    dev.static_bytes = static_cast<int64_t>(params * (4 + 12 / optimizer_shards));  // [R20]
     dev.mem_budget_bytes = plan.mem_budget_bytes > 0 ? plan.mem_budget_bytes : cluster.hbm_bytes / 10 * 9;
     dev.host_link = c / std::max(1, cluster.gpus_per_host_link);
     p.devices.push_back(dev);
@@ -216,6 +295,24 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
   Status st = check_problem(p);
   if (!st.ok()) return R::Error(st);
   return R::Of(std::move(p));
+}
+
+double dp_exposed_us(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan) {
+  Result<Degrees> deg = degrees(m, cluster, plan);
+  if (!deg.ok() || deg.value.dp == 1) return 0;
+  const int T = deg.value.tp, DP = deg.value.dp;
+  const double stage_params = static_cast<double>(transformer_layer_cost(m, 1).params) / T *
+                              std::max(1, m.num_layers / std::max(1, deg.value.pp));
+  const double bucket_bytes = 2 * std::min(40e6, stage_params);  // bf16 gradients and parameters
+  // Data-parallel peers are tp ranks apart: within a node while tp · dp fits in one.
+  const double gb_per_s = T * DP > cluster.gpus_per_node ? cluster.p2p_gb_per_s : cluster.nvlink_gb_per_s;
+  return 2 * ring_us(bucket_bytes, DP, gb_per_s);  // one reduce-scatter, one all-gather
+}
+
+double model_flops(const ModelSpec& m, int64_t sequences) {
+  const LayerCost layer = transformer_layer_cost(m, 1);
+  const LayerCost head = head_cost(m, 1);
+  return 3.0 * static_cast<double>(sequences) * (m.num_layers * layer.fwd_flops + head.fwd_flops);
 }
 
 }  // namespace optpipe
