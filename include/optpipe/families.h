@@ -68,7 +68,8 @@ struct FamilyRun {
 // Every family, built, validated and simulated (the interleaved ones at `interleaved_chunks` chunks
 // per device; 0: their own). A family not started by `deadline` comes back with a status saying so.
 // Each family that applies, overflows as published and neither recomputes nor offloads already is
-// followed by its practitioner tunings that fit (Tuning; none when none fits, or after `deadline`).
+// followed by its practitioner tunings that fit (Tuning; none when none fits). Every family is
+// built before any tuning: past `deadline` the tunings are left out first.
 std::vector<FamilyRun> run_families(
     const Problem& p, const SimOptions& sim,
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),

@@ -85,11 +85,17 @@ std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
     }
     run.built = std::move(fs.value);
     score_run(sim, &run);
-    std::vector<FamilyRun> tuned = practitioner_runs(run, sim, deadline);
     out.push_back(std::move(run));
-    for (FamilyRun& t : tuned) out.push_back(std::move(t));
   }
-  return out;
+  // The tunings after every family is built (they cost more: a tight deadline leaves them out,
+  // never a family), each family's after it.
+  std::vector<FamilyRun> with_tunings;
+  for (FamilyRun& run : out) {
+    std::vector<FamilyRun> tuned = practitioner_runs(run, sim, deadline);
+    with_tunings.push_back(std::move(run));
+    for (FamilyRun& t : tuned) with_tunings.push_back(std::move(t));
+  }
+  return with_tunings;
 }
 
 const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective objective, bool as_published_only) {

@@ -44,8 +44,10 @@ std::optional<Problem> layout_problem(const ModelSpec& m, const ClusterSpec& clu
   plan.tp = row->tp;
   plan.dp = row->dp;
   Result<Problem> p = build_problem(m, cluster, plan);
-  if (p.ok()) row->status = check_static_memory(p.value);
-  else row->status = p.status;
+  if (p.ok())
+    row->status = check_static_memory(p.value);
+  else
+    row->status = p.status;
   if (!row->status.ok()) return std::nullopt;
   row->dp_exposed_us = dp_exposed_us(m, cluster, plan);
   row->bound_us = lower_bound_for(p.value, true, Objective::kMakespan) + row->dp_exposed_us;
@@ -64,8 +66,8 @@ LayoutRow megatron_default(const ModelSpec& m, const ClusterSpec& cluster, const
     if ((cluster.num_gpus / tp) % pp != 0) continue;
     const int dp = cluster.num_gpus / (tp * pp);
     if (o.global_batch % dp != 0 || o.global_batch / dp < pp) continue;
-    LayoutRow r{.pp = pp, .tp = tp, .dp = dp, .microbatch_size = 1,
-                .num_microbatches = static_cast<int>(o.global_batch / dp)};
+    LayoutRow r{
+        .pp = pp, .tp = tp, .dp = dp, .microbatch_size = 1, .num_microbatches = static_cast<int>(o.global_batch / dp)};
     std::optional<Problem> p = layout_problem(m, cluster, o, &r);
     if (!p) continue;
     for (const FamilyRun& run : run_families(*p, {.op_times = false})) {
@@ -94,8 +96,8 @@ Result<LayoutSearch> search_layouts(const ModelSpec& m, const ClusterSpec& clust
   using R = Result<LayoutSearch>;
   const Clock::time_point t0 = Clock::now();
   if (o.global_batch < 1 || o.global_batch > 100000000)
-    return R::Error(Status::Invalid("the global batch must be 1 to 1e8 sequences, got " +
-                                    std::to_string(o.global_batch)));
+    return R::Error(
+        Status::Invalid("the global batch must be 1 to 1e8 sequences, got " + std::to_string(o.global_batch)));
   if (!(o.time_limit_s > 0)) return R::Error(Status::Invalid("the time limit must be positive"));
   if (cluster.num_gpus < 1 || cluster.gpus_per_node < 1)
     return R::Error(Status::Invalid("cluster \"" + cluster.name + "\": needs GPUs and GPUs per node"));
@@ -115,8 +117,10 @@ Result<LayoutSearch> search_layouts(const ModelSpec& m, const ClusterSpec& clust
         LayoutRow row{.pp = pp, .tp = tp, .dp = dp, .microbatch_size = b, .num_microbatches = static_cast<int>(M)};
         out.layouts++;
         std::optional<Problem> p = layout_problem(m, cluster, o, &row);
-        if (p) candidates.push_back({row, std::move(*p)});
-        else refused.push_back(row);
+        if (p)
+          candidates.push_back({row, std::move(*p)});
+        else
+          refused.push_back(row);
       }
     }
   }
@@ -133,7 +137,8 @@ Result<LayoutSearch> search_layouts(const ModelSpec& m, const ClusterSpec& clust
     const int64_t op_ids = num_op_ids(c.problem);
     if (seconds_since(t0) + slice_s > o.time_limit_s * 0.95 || op_ids > kMaxSearchedOpIds) {
       if (op_ids > kMaxSearchedOpIds)
-        row.status = Status::Invalid("not searched: " + std::to_string(op_ids) + " op ids is more than a slice can schedule");
+        row.status =
+            Status::Invalid("not searched: " + std::to_string(op_ids) + " op ids is more than a slice can schedule");
       waiting.push_back(row);
       continue;
     }

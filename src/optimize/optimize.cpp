@@ -151,6 +151,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // overflow; the best first. Every family is built and checked whatever the time limit (that is
   // cheap, and the answer must never be slower than a family that fits) — unless the families
   // alone outlast the limit by a quarter second, on problems so large that the rest are left out;
+  // their practitioner tunings, dearer, are built within that same limit or not at all;
   // the greedy starts take at most a quarter of it, the repairs what is left of the first half.
   auto after = [&](double share) {
     return t0 +
