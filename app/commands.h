@@ -72,8 +72,6 @@ void print_json(const nlohmann::json& j);
 // Validates (structure, deadlock; not the budget) and simulates.
 Result<Timeline> checked_timeline(const FamilySchedule& fs, const std::string& what, const SimOptions& sim = {});
 
-int64_t max_peak(const Timeline& t);
-
 // The families for a table beside the optimizer, within the time limit: built until the limit
 // (and a quarter second) has passed; the optimizer then gets what is left of it.
 std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions& sim, OptimizeOptions options,

@@ -121,12 +121,6 @@ Result<Timeline> checked_timeline(const FamilySchedule& fs, const std::string& w
   return Result<Timeline>::Of(std::move(v.sim.timeline));
 }
 
-int64_t max_peak(const Timeline& t) {
-  int64_t peak = 0;
-  for (const DeviceFigures& d : t.devices) peak = std::max(peak, d.peak_bytes);
-  return peak;
-}
-
 std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions& sim, OptimizeOptions options,
                                               OptimizeResult* r) {
   if (Status st = check_static_memory(p); !st.ok()) {  // before the families, which cannot fit either

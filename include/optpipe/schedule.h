@@ -89,6 +89,10 @@ inline Op op_from_id(const Problem& p, int id) {
 // V-shape schedule, a linear problem) is read everywhere.
 Result<Problem> problem_for(const Problem& p, const Schedule& s);
 
+// Whether some device offloads; whether some compute list holds an op of `kind`.
+bool has_offloads(const Schedule& s);
+bool has_compute_op(const Schedule& s, OpKind kind);
+
 // Editing a device's lists (src/schedule/edit.cpp).
 // Position of `op` in `ops`, or −1.
 int find_op(const std::vector<Op>& ops, const Op& op);

@@ -106,5 +106,7 @@ enum class Objective { kMakespan, kSpan };
 const char* objective_name(Objective o);  // "makespan", "span"
 bool parse_objective(const std::string& name, Objective* out);
 double objective_us(const Timeline& t, Objective o);
+// The largest device peak (static + activations + workspace).
+int64_t max_peak(const Timeline& t);
 
 }  // namespace optpipe

@@ -104,30 +104,17 @@ std::optional<FamilyRun> least_offload(const FamilyRun& published, const SimOpti
   return std::nullopt;
 }
 
-bool has(const Schedule& s, OpKind kind) {
-  for (const DeviceSchedule& ds : s.devices)
-    for (const Op& op : ds.compute)
-      if (op.kind == kind) return true;
-  return false;
-}
-
-bool offloads(const Schedule& s) {
-  for (const DeviceSchedule& ds : s.devices)
-    if (!ds.offloads.empty()) return true;
-  return false;
-}
-
 }  // namespace
 
 std::vector<FamilyRun> practitioner_runs(const FamilyRun& published, const SimOptions& sim,
                                          Clock::time_point deadline) {
   std::vector<FamilyRun> out;
   const Schedule& s = published.built.schedule;
-  if (!published.status.ok() || published.fits || has(s, OpKind::kR) || offloads(s)) return out;
+  if (!published.status.ok() || published.fits || has_compute_op(s, OpKind::kR) || has_offloads(s)) return out;
   // A split backward may hold the rerun layers' inputs for W or compute their weight gradients in
   // B; a practitioner keeps the faster of the two that fits.
   std::optional<FamilyRun> recompute = least_recompute(published, false, sim, deadline);
-  if (has(s, OpKind::kW)) {
+  if (has_compute_op(s, OpKind::kW)) {
     std::optional<FamilyRun> in_b = least_recompute(published, true, sim, deadline);
     if (in_b && (!recompute || in_b->timeline.makespan_us < recompute->timeline.makespan_us)) recompute = in_b;
   }

@@ -77,8 +77,7 @@ LayoutRow megatron_default(const ModelSpec& m, const ClusterSpec& cluster, const
       r.schedule = run.label;
       r.fits = true;
       r.fits_any_timing = run.fits_any_timing;
-      r.peak_bytes = 0;
-      for (const DeviceFigures& d : run.timeline.devices) r.peak_bytes = std::max(r.peak_bytes, d.peak_bytes);
+      r.peak_bytes = max_peak(run.timeline);
       set_throughput(m, cluster, o.global_batch, run.timeline.makespan_us, &r);
       return r;
     }
@@ -155,7 +154,7 @@ Result<LayoutSearch> search_layouts(const ModelSpec& m, const ClusterSpec& clust
                      std::to_string(r.problem.chunks_per_device);
       row.fits = true;
       row.fits_any_timing = fits_any_timing(r.problem, r.timeline);
-      for (const DeviceFigures& d : r.timeline.devices) row.peak_bytes = std::max(row.peak_bytes, d.peak_bytes);
+      row.peak_bytes = max_peak(r.timeline);
       set_throughput(m, cluster, o.global_batch, r.timeline.makespan_us, &row);
     }
     evaluated.push_back(row);

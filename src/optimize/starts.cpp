@@ -86,12 +86,6 @@ void add_greedy_starts(const Problem& p, const ScheduleRules& rules, const Scori
   }
 }
 
-bool has_offloads(const Schedule& s) {
-  for (const DeviceSchedule& ds : s.devices)
-    if (!ds.offloads.empty()) return true;
-  return false;
-}
-
 // The starts that still overflow, the fastest first, until the deadline: the same order with
 // its transfers held until there is room, if that fits; and with activations offloaded or
 // recomputed at every remaining peak.

@@ -1,4 +1,5 @@
-// Editing a device's lists: finding ops, adding and taking out an activation's offload.
+// Editing a device's lists: finding ops, adding and taking out an activation's offload; what a
+// schedule holds.
 #include <algorithm>
 #include <unordered_map>
 
@@ -48,6 +49,19 @@ void remove_offload(DeviceSchedule& ds, int stage, int microbatch) {
       break;
     }
   for (ReloadEntry& r : ds.reloads) std::erase(r.after, offload);
+}
+
+bool has_offloads(const Schedule& s) {
+  for (const DeviceSchedule& ds : s.devices)
+    if (!ds.offloads.empty()) return true;
+  return false;
+}
+
+bool has_compute_op(const Schedule& s, OpKind kind) {
+  for (const DeviceSchedule& ds : s.devices)
+    for (const Op& op : ds.compute)
+      if (op.kind == kind) return true;
+  return false;
 }
 
 }  // namespace optpipe

@@ -1,5 +1,7 @@
 // Whether a simulated schedule fits its budgets, at the profile's timings and under any timing;
 // and the objective a timeline is judged by.
+#include <algorithm>
+
 #include "optpipe/simulate.h"
 
 namespace optpipe {
@@ -27,6 +29,12 @@ bool parse_objective(const std::string& name, Objective* out) {
   if (name != "makespan" && name != "span") return false;
   *out = name == "span" ? Objective::kSpan : Objective::kMakespan;
   return true;
+}
+
+int64_t max_peak(const Timeline& t) {
+  int64_t peak = 0;
+  for (const DeviceFigures& d : t.devices) peak = std::max(peak, d.peak_bytes);
+  return peak;
 }
 
 double objective_us(const Timeline& t, Objective o) { return o == Objective::kSpan ? t.max_span_us : t.makespan_us; }
