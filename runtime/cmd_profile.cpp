@@ -20,10 +20,10 @@ namespace optpipe::runtime::cli {
 namespace {
 
 // One rank's share, written where the launcher looks for it.
-int profiling_rank(const RankEnv& e, const GptConfig& cfg, const ProfileArgs& a) {
+int profiling_rank(const RankEnv& e, const GptConfig& cfg, const ProfileArgs& a, const ModelArgs& model) {
   if (e.run_dir.empty())
     return fail(Status::Invalid("a profiling rank writes its share to OPTPIPE_RUN_DIR, which is not set"), kTool);
-  Result<Group> group = join_group({e.rank, e.world_size, e.master_addr, e.master_port}, a.timeout_s);
+  Result<Group> group = join_group(model.rank_setup(e), a.timeout_s);
   Result<Problem> share = group.ok() ? profile_rank(cfg, a.spec, group.value) : Result<Problem>::Error(group.status);
   Status st =
       share.ok() ? write_text_file(e.run_dir + "/rank" + std::to_string(e.rank) + ".json", problem_to_json(share.value))
@@ -61,7 +61,7 @@ int cmd_profile(ProfileArgs a, const ModelArgs& model, const std::vector<std::st
 
   Result<RankEnv> env = rank_env();
   if (!env.ok()) return fail(env.status, kTool);
-  if (env.value.present) return profiling_rank(env.value, cfg.value, a);
+  if (env.value.present) return profiling_rank(env.value, cfg.value, a, model);
 
   std::vector<Problem> shares;
   Result<std::vector<std::string>> texts = launch_and_collect(argv, a.spec.num_devices, a.timeout_s);

@@ -73,14 +73,15 @@ ProfileSpec profile_spec_of(const Problem& p, int repetitions) {
 }
 
 // One rank's work: run, then write the report where the launcher looks for it.
-int rank_main(const RankEnv& env, const FamilySchedule& fs, const GptConfig& cfg, const RunArgs& a) {
+int rank_main(const RankEnv& env, const FamilySchedule& fs, const GptConfig& cfg, const RunArgs& a,
+              const ModelArgs& model) {
   EngineOptions opt;
   opt.iterations = a.iterations;
   opt.lr = a.lr;
   opt.check = a.check;
   if (!a.fault.empty())
     if (Status st = arm_fault(a, env.rank, &opt); !st.ok()) return usage_error(st.message, kTool);
-  Result<Group> group = join_group({env.rank, env.world_size, env.master_addr, env.master_port}, a.timeout_s);
+  Result<Group> group = join_group(model.rank_setup(env), a.timeout_s);
   if (!group.ok()) die(group.status);
   std::string profile_json;
   if (a.reprofile) {
@@ -128,8 +129,10 @@ Result<Timeline> reprofiled_prediction(const Problem& p, const Schedule& s, cons
 }
 
 // Every rank's comparison with the unpipelined reference, printed as one line and returned as
-// JSON with "ok": loss and every gradient within 1e-5 relative.
+// JSON with "ok": loss and every gradient within 1e-5 relative on the CPU, 1e-4 on a GPU (fp32
+// with TF32 off, but its reductions sum in another order than the reference's).
 json check_summary(const std::vector<RankReport>& reports, FILE* out) {
+  const double limit = reports[0].device == "cpu" ? 1e-5 : 1e-4;
   double worst = 0, loss_err = 0;
   std::string worst_param;
   int checked = 0;
@@ -141,13 +144,14 @@ json check_summary(const std::vector<RankReport>& reports, FILE* out) {
     }
     loss_err = std::max(loss_err, std::abs(r.check.loss - r.check.reference_loss) / std::abs(r.check.reference_loss));
   }
-  const bool ok = worst <= 1e-5 && loss_err <= 1e-5 && checked > 0;
+  const bool ok = worst <= limit && loss_err <= limit && checked > 0;
   std::fprintf(out,
                "check against one process with autograd: loss %.8f vs %.8f (rel. error %.2e), gradients of %d tensors "
                "within %.2e relative (worst %s): %s\n",
                reports[0].check.loss, reports[0].check.reference_loss, loss_err, checked, worst, worst_param.c_str(),
-               ok ? "OK" : "FAILED (limit 1e-5)");
+               ok ? "OK" : fmt::format("FAILED (limit {:.0e})", limit).c_str());
   return {{"ok", ok},
+          {"limit", limit},
           {"loss_rel_error", loss_err},
           {"max_grad_rel_error", worst},
           {"worst_param", worst_param},
@@ -171,10 +175,12 @@ Result<std::vector<RankReport>> run_ranks(const std::vector<std::string>& argv, 
 // The run's heading, its losses and the table of measured against predicted figures.
 void print_comparison(FILE* out, const RunComparison& c, const Problem& p, const GptConfig& cfg, const RunArgs& a,
                       const ModelArgs& model, const std::string& what, double file_predicted_us) {
-  std::fprintf(out,
-               "%s on %d ranks (c10d gloo, CPU, %d thread%s each): %d microbatches of %d × %d tokens, %d iterations\n",
-               what.c_str(), p.num_devices, model.threads, model.threads == 1 ? "" : "s", p.num_microbatches,
-               cfg.microbatch_size, cfg.model.seq_len, a.iterations);
+  const bool gpu = c.device != "cpu";
+  const std::string where =
+      gpu ? c.device + ", hops over " + c.hops
+          : fmt::format("c10d gloo, CPU, {} thread{} each", model.threads, model.threads == 1 ? "" : "s");
+  std::fprintf(out, "%s on %d ranks (%s): %d microbatches of %d × %d tokens, %d iterations\n", what.c_str(),
+               p.num_devices, where.c_str(), p.num_microbatches, cfg.microbatch_size, cfg.model.seq_len, a.iterations);
   std::string losses;
   for (double l : c.losses) losses += (losses.empty() ? "" : " → ") + fmt::format("{:.4f}", l);
   std::fprintf(out, "loss: %s\n", losses.c_str());
@@ -190,7 +196,20 @@ void print_comparison(FILE* out, const RunComparison& c, const Problem& p, const
         {"device " + std::to_string(d) + " peak activations", mib(c.measured_peak_bytes[d]),
          mib(c.predicted_peak_bytes[d]),
          ratio(static_cast<double>(c.measured_peak_bytes[d]), static_cast<double>(c.predicted_peak_bytes[d]))});
-  for (int d = 0; d < p.num_devices; d++)
+  // On a GPU: everything the allocator held against the predicted static + activation peak, and
+  // what it reserved against the budget. On the CPU: how often the memory gate held (a GPU has
+  // no host-side gate, only the schedule's event gates).
+  for (int d = 0; d < p.num_devices && gpu; d++) {
+    const double predicted = static_cast<double>(c.predicted_peak_bytes[d] + p.devices[d].static_bytes);
+    rows.push_back({"device " + std::to_string(d) + " allocator peak", mib(c.allocator_peak_bytes[d]),
+                    mib(static_cast<int64_t>(predicted)),
+                    ratio(static_cast<double>(c.allocator_peak_bytes[d]), predicted)});
+    rows.push_back({"device " + std::to_string(d) + " allocator reserved", mib(c.allocator_reserved_bytes[d]),
+                    "budget " + mib(p.devices[d].mem_budget_bytes),
+                    ratio(static_cast<double>(c.allocator_reserved_bytes[d]),
+                          static_cast<double>(p.devices[d].mem_budget_bytes))});
+  }
+  for (int d = 0; d < p.num_devices && !gpu; d++)
     rows.push_back({"device " + std::to_string(d) + " memory gate held",
                     fmt::format("{} ({}×)", ms(c.gate_held_us[d]), c.gate_holds[d]), "0 under any timing", ""});
   std::fputs(aligned_table(rows).c_str(), out);
@@ -208,6 +227,8 @@ void print_comparison(FILE* out, const RunComparison& c, const Problem& p, const
 json run_json(const RunArgs& a, const std::string& what, const Problem& p, const RunComparison& c,
               double file_predicted_us) {
   return {{"schedule", what},
+          {"device", c.device},
+          {"hops", c.hops},
           {"num_devices", p.num_devices},
           {"iterations", a.iterations},
           {"iteration_us", c.iteration_us},
@@ -222,6 +243,8 @@ json run_json(const RunArgs& a, const std::string& what, const Problem& p, const
           {"predicted_idle_us", c.predicted_idle_us},
           {"measured_peak_activation_bytes", c.measured_peak_bytes},
           {"predicted_peak_activation_bytes", c.predicted_peak_bytes},
+          {"allocator_peak_bytes", c.allocator_peak_bytes},
+          {"allocator_reserved_bytes", c.allocator_reserved_bytes},
           {"gate_holds", c.gate_holds},
           {"gate_held_us", c.gate_held_us}};
 }
@@ -283,7 +306,7 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
 
   Result<RankEnv> env = rank_env();
   if (!env.ok()) return fail(env.status, kTool);
-  if (env.value.present) return rank_main(env.value, fs.value, cfg.value, a);
+  if (env.value.present) return rank_main(env.value, fs.value, cfg.value, a, model);
 
   // Refused before any process starts: a schedule that does not validate or does not fit.
   const std::string what = a.family.empty() ? a.schedule_path : a.family;

@@ -9,6 +9,9 @@
 
 #include "check.h"
 #include "transfers.h"
+#ifdef OPTPIPE_RUNTIME_CUDA
+#include "engine_cuda.h"
+#endif
 
 namespace optpipe::runtime {
 
@@ -335,6 +338,10 @@ Result<RankReport> run_rank(const Problem& p, const Schedule& s, const GptConfig
   if (group.world_size != p.num_devices)
     return R::Error(Status::Invalid("world size " + std::to_string(group.world_size) + " but the problem has " +
                                     std::to_string(p.num_devices) + " devices"));
+#ifdef OPTPIPE_RUNTIME_CUDA
+  if (group.device.is_cuda()) return run_rank_cuda(p, s, cfg, group, options);
+#endif
+  OPTPIPE_CHECK(group.device.is_cpu(), "a GPU rank in a runtime built without CUDA");
   RankLoop rank(p, s, cfg, group, options);
   RankReport report;
   report.rank = group.rank;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "device.h"
 #include "gpt.h"
 #include "optpipe/problem.h"
 #include "optpipe/schedule.h"
@@ -34,6 +35,8 @@ struct RankSetup {
   int rank = 0, world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  int local_rank = 0, local_world_size = 1;  // this rank's place on its machine: which GPU it takes
+  DeviceChoice device = DeviceChoice::kAuto;
 };
 
 struct EngineOptions {
@@ -46,13 +49,16 @@ struct EngineOptions {
 
 // This process's place among the ranks, and its connection to the others.
 struct Group {
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;  // barriers, the loss, and the hops unless NCCL carries them
+  c10::intrusive_ptr<c10d::Store> store;          // the rendezvous, for further process groups (NCCL)
   int rank = 0, world_size = 1;
   double timeout_s = 60;  // for every wait on a peer
+  at::Device device{at::kCPU};
+  bool hops_over_nccl = false;  // every rank has a GPU of its own (agreed by all): NCCL carries the hops
 };
 
-// Joins the group of `setup.world_size` ranks (rank 0 serves the TCPStore); gives up after
-// `timeout_s`, and so does every operation on the group.
+// Joins the group of `setup.world_size` ranks (rank 0 serves the TCPStore) on the device
+// `setup` chooses; gives up after `timeout_s`, and so does every operation on the group.
 Result<Group> join_group(const RankSetup& setup, double timeout_s);
 
 // Waits for a c10d operation; on timeout or a peer's failure throws std::runtime_error

@@ -113,6 +113,11 @@ ChunkParams init_chunk(const GptConfig& cfg, const ChunkLayout& layout) {
   return p;
 }
 
+void to_device(ChunkParams* params, const at::Device& device) {
+  for (at::Tensor& v : params->values) v = v.to(device);
+  for (at::Tensor& g : params->grads) g = g.to(device);
+}
+
 void zero_grads(ChunkParams* params) {
   for (at::Tensor& g : params->grads) g.zero_();
 }
@@ -134,6 +139,10 @@ Batch make_batch(const GptConfig& cfg, int iteration, int microbatch) {
   for (int i = 0; i < b * T; i++) tokens[i] = token(rng);
   for (int i = 0; i < b * T; i++) targets[i] = (tokens[i] + 1) % V;
   return batch;
+}
+
+Batch to_device(const Batch& batch, const at::Device& device) {
+  return {batch.tokens.to(device), batch.targets.to(device)};
 }
 
 int64_t stash_bytes(const std::vector<at::Tensor>& tensors) {
@@ -169,7 +178,7 @@ Stash forward(const GptConfig& cfg, const ChunkParams& params, const at::Tensor&
   } else {
     x = input;
   }
-  const at::Tensor causal = at::ones({T, T}, at::kBool).triu(1);
+  const at::Tensor causal = at::ones({T, T}, x.options().dtype(at::kBool)).triu(1);
   for (int j = 0; j < l.num_layers; j++) {
     const int base = block_base(l, j);
     if (j > 0 || l.embedding) st.tensors.push_back(x);
@@ -226,7 +235,7 @@ at::Tensor backward_input(const GptConfig& cfg, ChunkParams* params, Stash stash
     at::Tensor x = (l.num_layers > 0 || l.embedding) ? pop() : s[0];
     // d(mean CE / M)/d logits = (softmax − onehot) / (N · M)
     at::Tensor dlogits = probs;
-    dlogits.scatter_add_(1, batch.targets.view({N, 1}), at::full({N, 1}, -1.0f));
+    dlogits.scatter_add_(1, batch.targets.view({N, 1}), at::full({N, 1}, -1.0f, probs.options()));
     dlogits.mul_(1.0 / (static_cast<double>(N) * cfg.num_microbatches));
     at::Tensor dlnf = at::mm(dlogits, P[base + kWOut]).view({b, T, h});
     auto [dx, dg, db] = at::native_layer_norm_backward(dlnf, x, {h}, meanf, rstdf, P[base + kLnFG], P[base + kLnFB],
@@ -303,10 +312,11 @@ ReferenceResult reference_gradients(const GptConfig& cfg, const std::vector<Chun
     leaves.emplace_back();
     for (const at::Tensor& v : c.values) leaves.back().push_back(v.detach().clone().requires_grad_(true));
   }
-  const at::Tensor causal = at::ones({T, T}, at::kBool).triu(1);
-  at::Tensor total = at::zeros({});
+  const at::Device device = chunks.front().values.front().device();
+  const at::Tensor causal = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device)).triu(1);
+  at::Tensor total = at::zeros({}, at::TensorOptions().device(device));
   for (int i = 0; i < cfg.num_microbatches; i++) {
-    const Batch batch = make_batch(cfg, iteration, i);
+    const Batch batch = to_device(make_batch(cfg, iteration, i), device);
     at::Tensor x;
     for (size_t c = 0; c < chunks.size(); c++) {
       const ChunkLayout& l = chunks[c].layout;

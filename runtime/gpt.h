@@ -1,5 +1,5 @@
 // gpt.h — the runtime's model: a GPT-style decoder cut into pipeline chunks, in fp32 on ATen,
-// with an explicit forward and a split backward.
+// with an explicit forward and a split backward, on whichever device its tensors are.
 //
 // Chunk c of S holds the layers partition_layers() gives it (the cost model's split, so a
 // problem built or profiled for the model describes these chunks); chunk 0 also holds the token
@@ -55,8 +55,10 @@ struct ChunkParams {
   std::vector<at::Tensor> grads;  // same shapes; summed over microbatches until zero_grads()
 };
 
-// Parameters are drawn per layer from the seed, so every cut of the model starts identical.
+// Parameters are drawn per layer from the seed (on the CPU), so every cut of the model starts
+// identical on every device.
 ChunkParams init_chunk(const GptConfig& cfg, const ChunkLayout& layout);
+void to_device(ChunkParams* params, const at::Device& device);
 void zero_grads(ChunkParams* params);
 int64_t num_params(const ChunkParams& params);
 
@@ -68,7 +70,8 @@ struct Batch {
   at::Tensor tokens;   // [b, T] int64
   at::Tensor targets;  // [b, T] int64
 };
-Batch make_batch(const GptConfig& cfg, int iteration, int microbatch);
+Batch make_batch(const GptConfig& cfg, int iteration, int microbatch);  // on the CPU
+Batch to_device(const Batch& batch, const at::Device& device);
 
 struct Stash {
   std::vector<at::Tensor> tensors;  // tensors[0]: the chunk input (tokens for chunk 0)
@@ -96,7 +99,8 @@ at::Tensor backward_input(const GptConfig& cfg, ChunkParams* params, Stash stash
 void backward_weight(ChunkParams* params, WeightStash weight_stash);
 
 // The same model in one process with autograd, for checking the pipeline: the loss over all
-// microbatches of `iteration` and, per chunk, the gradient of every parameter.
+// microbatches of `iteration` and, per chunk, the gradient of every parameter, on the device
+// the chunks' parameters are on.
 struct ReferenceResult {
   double loss = 0;
   std::vector<std::vector<at::Tensor>> grads;  // [chunk][param]

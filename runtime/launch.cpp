@@ -64,6 +64,13 @@ Result<RankEnv> rank_env() {
   if (!parse_int(port, &e.master_port) || e.master_port < 1 || e.master_port > 65535)
     return R::Error(Status::Invalid("MASTER_PORT must be a port number"));
   e.master_addr = addr;
+  e.local_rank = e.rank;
+  if (const char* local = std::getenv("LOCAL_RANK"); local && (!parse_int(local, &e.local_rank) || e.local_rank < 0))
+    return R::Error(Status::Invalid("LOCAL_RANK must be an integer ≥ 0"));
+  e.local_world_size = e.world_size;
+  if (const char* local = std::getenv("LOCAL_WORLD_SIZE");
+      local && (!parse_int(local, &e.local_world_size) || e.local_world_size <= e.local_rank))
+    return R::Error(Status::Invalid("LOCAL_WORLD_SIZE must be an integer > LOCAL_RANK"));
   if (const char* dir = std::getenv("OPTPIPE_RUN_DIR")) e.run_dir = dir;
   e.present = true;
   return R::Of(e);
@@ -86,6 +93,7 @@ Status launch_local(const LaunchSpec& spec) {
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(spec.world_size).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(spec.world_size).c_str(), 1);
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       setenv("OPTPIPE_RUN_DIR", spec.run_dir.c_str(), 1);

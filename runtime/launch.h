@@ -27,6 +27,8 @@ Status launch_local(const LaunchSpec& spec);
 struct RankEnv {
   bool present = false;
   int rank = 0, world_size = 0, master_port = 0;
+  int local_rank = 0;        // LOCAL_RANK, else RANK
+  int local_world_size = 0;  // LOCAL_WORLD_SIZE (ranks on this machine), else WORLD_SIZE
   std::string master_addr, run_dir;
 };
 Result<RankEnv> rank_env();

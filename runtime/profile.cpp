@@ -7,31 +7,48 @@
 namespace optpipe::runtime {
 namespace {
 
-// Half the median round trip of a `numel`-float tensor between ranks 0 and 1.
-double measure_hop_us(c10d::ProcessGroupGloo& pg, int rank, int64_t numel, int repetitions, double timeout_s) {
+// Half the median round trip of a `numel`-float tensor between ranks 0 and 1 over gloo; on a
+// GPU through host memory both ways, as the hops go when ranks share a GPU (NCCL's are faster,
+// so a prediction for them from this figure is pessimistic).
+double measure_hop_us(const Group& g, int64_t numel, int repetitions) {
   std::vector<double> round_trips;
-  std::vector<at::Tensor> buf{at::ones({numel})};
+  const at::Tensor on_device = at::ones({numel}, at::TensorOptions().device(g.device));
+  const std::string what =
+      "rank " + std::to_string(g.rank) + ": profiling the hop to rank " + std::to_string(1 - g.rank);
+  const int peer = 1 - g.rank;
   for (int k = 0; k < repetitions + 2; k++) {
     const double start = monotonic_us();
-    if (rank == 0) {
-      wait_work(pg.send(buf, 1, 2 * k), timeout_s, "rank 0: profiling the hop to rank 1");
-      wait_work(pg.recv(buf, 1, 2 * k + 1), timeout_s, "rank 0: profiling the hop to rank 1");
+    std::vector<at::Tensor> buf{on_device.to(at::kCPU)};
+    if (g.rank == 0) {
+      wait_work(g.pg->send(buf, peer, 2 * k), g.timeout_s, what);
+      wait_work(g.pg->recv(buf, peer, 2 * k + 1), g.timeout_s, what);
+      buf[0].to(g.device);
+      synchronize(g.device);
       if (k >= 2) round_trips.push_back(monotonic_us() - start);
     } else {
-      wait_work(pg.recv(buf, 0, 2 * k), timeout_s, "rank 1: profiling the hop to rank 0");
-      wait_work(pg.send(buf, 0, 2 * k + 1), timeout_s, "rank 1: profiling the hop to rank 0");
+      wait_work(g.pg->recv(buf, peer, 2 * k), g.timeout_s, what);
+      buf[0] = buf[0].to(g.device).to(at::kCPU);
+      wait_work(g.pg->send(buf, peer, 2 * k + 1), g.timeout_s, what);
     }
   }
-  return rank == 0 ? median(round_trips) / 2 : 0;
+  return g.rank == 0 ? median(round_trips) / 2 : 0;
 }
 
-// Duration of copying `bytes` to a fresh buffer, the medium the runtime offloads through here.
-double measure_copy_us(int64_t bytes, int repetitions) {
-  at::Tensor src = at::ones({std::max<int64_t>(1, bytes / 4)});
+// Duration of copying `bytes` from `device` to a host buffer of the kind the runtime offloads
+// into (pinned, for a GPU).
+double measure_copy_us(int64_t bytes, int repetitions, const at::Device& device) {
+  at::Tensor src = at::ones({std::max<int64_t>(1, bytes / 4)}, at::TensorOptions().device(device));
+  at::Tensor dst = host_buffer(src, device);
   std::vector<double> t;
   for (int k = 0; k < repetitions + 1; k++) {
+    synchronize(device);
     const double start = monotonic_us();
-    at::Tensor dst = src.to(at::kCPU, false, true);
+    if (device.is_cpu()) {
+      dst = src.to(at::kCPU, false, true);  // into fresh memory, as the CPU engine's offloads do
+    } else {
+      dst.copy_(src);
+      synchronize(device);
+    }
     if (k > 0) t.push_back(monotonic_us() - start);
   }
   return median(t);
@@ -60,6 +77,7 @@ Result<Problem> measure_share(const GptConfig& cfg, const ProfileSpec& spec, con
                                     std::to_string(spec.num_devices) + " devices to profile"));
   c10d::ProcessGroupGloo& pg = *group.pg;
   const int rank = group.rank;
+  const at::Device device = group.device;
   const double timeout_s = group.timeout_s;
   const std::string me = "rank " + std::to_string(rank);
 
@@ -73,7 +91,7 @@ Result<Problem> measure_share(const GptConfig& cfg, const ProfileSpec& spec, con
   const std::vector<ChunkLayout> layouts = chunk_layouts(cfg, S);
   p.stages.assign(S, StageSpec{});
   p.devices.assign(spec.num_devices, DeviceSpec{0, 1, 0});  // budgets: merge_profiles sets them
-  const Batch batch = make_batch(cfg, 0, 0);
+  const Batch batch = to_device(make_batch(cfg, 0, 0), device);
   // Every rank times its stages at the same time, as they will run.
   wait_work(pg.barrier(), timeout_s, me + ": profiling start");
   // Several microbatches in flight and this rank's chunks in turn, each pass over all of them, so
@@ -90,13 +108,18 @@ Result<Problem> measure_share(const GptConfig& cfg, const ProfileSpec& spec, con
   for (int s = 0; s < S; s++) {
     if (p.device_of(s) != rank) continue;
     Chunk c{s, init_chunk(cfg, layouts[s]), {}, {}, {}, {}, {}};
-    for (int i = 0; i < in_flight; i++) c.inputs.push_back(layouts[s].embedding ? batch.tokens : at::randn({b, T, h}));
+    to_device(&c.params, device);
+    for (int i = 0; i < in_flight; i++)
+      c.inputs.push_back(layouts[s].embedding ? batch.tokens : at::randn({b, T, h}).to(device));
     chunks.push_back(std::move(c));
   }
-  const at::Tensor grad_output = at::randn({b, T, h}) * 1e-3;
-  auto timed = [](bool record, std::vector<double>* into, auto&& fn) {
+  const at::Tensor grad_output = (at::randn({b, T, h}) * 1e-3).to(device);
+  // On a GPU the host only queues work: each op is timed from an idle device to its end.
+  auto timed = [&device](bool record, std::vector<double>* into, auto&& fn) {
+    synchronize(device);
     const double t0 = monotonic_us();
     fn();
+    synchronize(device);
     if (record) into->push_back(monotonic_us() - t0);
   };
   for (int k = 0; k < spec.repetitions + 1; k++) {
@@ -131,10 +154,10 @@ Result<Problem> measure_share(const GptConfig& cfg, const ProfileSpec& spec, con
     p.devices[rank].static_bytes += 16 * num_params(c.params);
   }
   wait_work(pg.barrier(), timeout_s, me + ": profiling the hop");
-  if (rank < 2 && spec.num_devices > 1)
-    p.t_comm_us = measure_hop_us(pg, rank, b * T * h, std::max(10, spec.repetitions), timeout_s);
-  const double latency_us = measure_copy_us(4, 20);
-  const double copy_us = std::max(measure_copy_us(largest_stash, std::max(5, spec.repetitions)) - latency_us, 1e-3);
+  if (rank < 2 && spec.num_devices > 1) p.t_comm_us = measure_hop_us(group, b * T * h, std::max(10, spec.repetitions));
+  const double latency_us = measure_copy_us(4, 20, device);
+  const double copy_us =
+      std::max(measure_copy_us(largest_stash, std::max(5, spec.repetitions), device) - latency_us, 1e-3);
   const double gb_per_s = static_cast<double>(std::max<int64_t>(largest_stash, 1)) / copy_us / 1e3;
   p.host_link = {gb_per_s, gb_per_s, latency_us};
   wait_work(pg.barrier(), timeout_s, me + ": profiling end");

@@ -29,9 +29,12 @@ std::string rank_report_to_json(const RankReport& r) {
                    {"peak_activation_bytes", it.peak_activation_bytes},
                    {"gate_holds", it.gate_holds},
                    {"gate_held_us", it.gate_held_us},
-                   {"loss", it.loss}});
+                   {"loss", it.loss},
+                   {"allocator_peak_bytes", it.allocator_peak_bytes},
+                   {"allocator_reserved_bytes", it.allocator_reserved_bytes}});
   }
-  json j = {{"rank", r.rank}, {"iterations", its}, {"checked", r.checked}, {"profile", r.profile_json}};
+  json j = {{"rank", r.rank},    {"device", r.device},   {"hops", r.hops},           {"pinned_bytes", r.pinned_bytes},
+            {"iterations", its}, {"checked", r.checked}, {"profile", r.profile_json}};
   if (r.checked)
     j["check"] = {{"loss", r.check.loss},
                   {"reference_loss", r.check.reference_loss},
@@ -47,6 +50,9 @@ Result<RankReport> rank_report_from_json(const std::string& text) {
     const json j = json::parse(text);
     RankReport r;
     r.rank = j.at("rank").get<int>();
+    r.device = j.at("device").get<std::string>();
+    r.hops = j.at("hops").get<std::string>();
+    r.pinned_bytes = j.at("pinned_bytes").get<int64_t>();
     for (const json& it : j.at("iterations")) {
       IterationRecord rec;
       rec.start_us = it.at("start_us").get<double>();
@@ -63,6 +69,8 @@ Result<RankReport> rank_report_from_json(const std::string& text) {
       rec.gate_holds = it.at("gate_holds").get<int>();
       rec.gate_held_us = it.at("gate_held_us").get<double>();
       rec.loss = it.at("loss").get<double>();
+      rec.allocator_peak_bytes = it.at("allocator_peak_bytes").get<int64_t>();
+      rec.allocator_reserved_bytes = it.at("allocator_reserved_bytes").get<int64_t>();
       r.iterations.push_back(std::move(rec));
     }
     r.checked = j.at("checked").get<bool>();
@@ -122,6 +130,8 @@ RunComparison compare_run(const Problem& p, const Schedule& s, const Timeline& p
   OPTPIPE_CHECK(static_cast<int>(ranks.size()) == D, "one report per rank");
   const size_t n_it = ranks[0].iterations.size();
   RunComparison c;
+  c.device = ranks[0].device;
+  c.hops = ranks[0].hops;
   std::vector<double> starts(n_it, std::numeric_limits<double>::infinity()), ends(n_it, 0);
   for (const RankReport& r : ranks) {
     OPTPIPE_CHECK(r.iterations.size() == n_it, "every rank runs the same iterations");
@@ -172,8 +182,12 @@ RunComparison compare_run(const Problem& p, const Schedule& s, const Timeline& p
     int64_t peak = 0;
     c.gate_holds.push_back(0);
     c.gate_held_us.push_back(0);
+    c.allocator_peak_bytes.push_back(0);
+    c.allocator_reserved_bytes.push_back(0);
     for (const IterationRecord& r : ranks[d].iterations) {
       peak = std::max(peak, r.peak_activation_bytes);
+      c.allocator_peak_bytes.back() = std::max(c.allocator_peak_bytes.back(), r.allocator_peak_bytes);
+      c.allocator_reserved_bytes.back() = std::max(c.allocator_reserved_bytes.back(), r.allocator_reserved_bytes);
       c.gate_holds.back() += r.gate_holds;
       c.gate_held_us.back() += r.gate_held_us;
     }

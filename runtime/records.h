@@ -34,6 +34,9 @@ struct IterationRecord {
   int gate_holds = 0;       // allocations the memory gate held until frees made room
   double gate_held_us = 0;  // ... and for how long, summed
   double loss = 0;          // over all microbatches (every rank learns it from the last stage's rank)
+  // On a GPU, the CUDA caching allocator's peaks over the iteration (every tensor: parameters,
+  // gradients, optimizer state, activations and temporaries); 0 on the CPU.
+  int64_t allocator_peak_bytes = 0, allocator_reserved_bytes = 0;
 };
 struct CheckRecord {
   double loss = 0, reference_loss = 0;
@@ -43,6 +46,9 @@ struct CheckRecord {
 };
 struct RankReport {
   int rank = 0;
+  std::string device = "cpu";  // "cuda:0 (NVIDIA H200)"
+  std::string hops = "gloo";   // what carried activations and gradients between ranks
+  int64_t pinned_bytes = 0;    // host buffers the offloads copied into (GPU only)
   std::vector<IterationRecord> iterations;
   bool checked = false;
   CheckRecord check;
@@ -54,6 +60,7 @@ Result<RankReport> rank_report_from_json(const std::string& text);
 
 // A run beside the prediction for the same schedule and problem.
 struct RunComparison {
+  std::string device, hops;          // rank 0's device ("cpu", "cuda:0 (…)") and what carried the hops
   std::vector<double> iteration_us;  // per iteration: last op end − earliest rank start
   std::vector<double> losses;
   int shown_iteration = 0;  // the median-time iteration after the first (the first warms up)
@@ -63,6 +70,7 @@ struct RunComparison {
   double replayed_us = 0;
   std::vector<double> measured_idle_us, predicted_idle_us;         // per device, shown iteration
   std::vector<int64_t> measured_peak_bytes, predicted_peak_bytes;  // live activations, per device, max over iterations
+  std::vector<int64_t> allocator_peak_bytes, allocator_reserved_bytes;  // per device, max over iterations (GPU)
   std::vector<int> gate_holds;       // per device, summed over iterations: allocations the memory gate held
   std::vector<double> gate_held_us;  // ... and for how long
   Timeline measured;                 // the shown iteration, from its start; memory = static + live activations

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include <cstdlib>
-#include <filesystem>
 #include <utility>
 
 #include "../app/inputs.h"
@@ -25,6 +27,18 @@ void ModelArgs::add_to(CLI::App* c) {
   c->add_option("--microbatch-size", microbatch_size, "sequences per microbatch")->capture_default_str();
   c->add_option("--seed", seed, "parameters and data")->capture_default_str();
   c->add_option("--threads", threads, "compute threads per rank")->capture_default_str()->check(CLI::Range(1, 256));
+  c->add_option(
+       "--device", device,
+       "auto (a GPU per rank when the runtime was built against CUDA LibTorch and one is visible), cpu or cuda")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+}
+
+RankSetup ModelArgs::rank_setup(const RankEnv& env) const {
+  const DeviceChoice choice = device == "cpu"    ? DeviceChoice::kCpu
+                              : device == "cuda" ? DeviceChoice::kCuda
+                                                 : DeviceChoice::kAuto;
+  return {env.rank, env.world_size, env.master_addr, env.master_port, env.local_rank, env.local_world_size, choice};
 }
 
 Result<GptConfig> ModelArgs::config(int num_microbatches) const {
@@ -47,6 +61,21 @@ std::string ratio(double measured, double predicted) {
   return predicted > 0 ? fmt::format("{:.3f}", measured / predicted) : "-";
 }
 
+namespace {
+
+// The run directory holds the ranks' reports only. (Not std::filesystem::remove_all: PyPI's
+// LibTorch exports its own copy of std::filesystem, which crashes the runtime built against it.)
+void remove_run_dir(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (const dirent* e = readdir(d))
+      if (std::string name = e->d_name; name != "." && name != "..") unlink((dir + "/" + name).c_str());
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
+}  // namespace
+
 Result<std::vector<std::string>> launch_and_collect(const std::vector<std::string>& argv, int world_size,
                                                     double timeout_s) {
   using R = Result<std::vector<std::string>>;
@@ -63,7 +92,7 @@ Result<std::vector<std::string>> launch_and_collect(const std::vector<std::strin
     st = text.status;
     texts.push_back(std::move(text.value));
   }
-  std::filesystem::remove_all(run_dir);
+  remove_run_dir(run_dir);
   if (!st.ok()) return R::Error(st);
   return R::Of(std::move(texts));
 }

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "engine.h"
 #include "gpt.h"
+#include "launch.h"
 #include "optpipe/status.h"
 #include "profile.h"
 
@@ -26,9 +28,11 @@ struct ModelArgs {
   int microbatch_size = 2;
   uint64_t seed = 0;
   int threads = 1;
+  std::string device = "auto";  // auto, cpu or cuda
 
   void add_to(CLI::App* c);
   Result<GptConfig> config(int num_microbatches) const;
+  RankSetup rank_setup(const RankEnv& env) const;  // this rank's place, and the device it computes on
 };
 
 struct RunArgs {

@@ -2,8 +2,21 @@
 # Installs what optpipe needs from Debian's archive (only what is missing), then configures and
 # builds into build/. Safe to run again: it does nothing that is already done.
 #   --test   also install what the tests need (Chromium, to render the HTML report headless)
+#   --cuda   also build the runtime's GPU path into build-cuda/, against PyPI's CUDA LibTorch
+#            (torch $OPTPIPE_TORCH_VERSION, default 2.11.0, installed into build-cuda/torch-venv:
+#            a multi-GB download, which is why it is not part of the default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+with_tests=0
+with_cuda=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) with_tests=1 ;;
+    --cuda) with_cuda=1 ;;
+    *) echo "setup: unknown option $arg (--test, --cuda)" >&2; exit 2 ;;
+  esac
+done
 
 # libtorch-dev, libgloo-dev (c10d gloo headers) and libopenblas0-pthread (LibTorch's BLAS; without
 # it matrix products run ~30× slower) are for the runtime, optpipe-runtime; clang-format (14 on
@@ -11,8 +24,11 @@ cd "$(dirname "$0")/.."
 packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev
           pybind11-dev python3-dev coinor-libcbc-dev libgecode-dev libtorch-dev libgloo-dev libopenblas0-pthread
           clang-format)
-if [ "${1:-}" = "--test" ]; then
+if [ $with_tests = 1 ]; then
   packages+=(chromium)
+fi
+if [ $with_cuda = 1 ]; then
+  packages+=(python3-venv)
 fi
 
 missing=()
@@ -33,3 +49,25 @@ fi
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >&2
 cmake --build build -j "$jobs" >&2
+
+if [ $with_cuda = 1 ]; then
+  venv=build-cuda/torch-venv
+  torch_version="${OPTPIPE_TORCH_VERSION:-2.11.0}"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >&2
+  if ! "$venv/bin/python" -c "import torch; assert torch.__version__.startswith('$torch_version')" 2>/dev/null; then
+    echo "setup: installing torch $torch_version (CUDA) into $venv" >&2
+    started=$(date +%s)
+    "$venv/bin/pip" install --progress-bar off "torch==$torch_version" >&2
+    echo "setup: torch downloaded and installed in $(( $(date +%s) - started )) s ($(du -sh "$venv" | cut -f1))" >&2
+  fi
+  torch_cmake=$("$venv/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
+  # The command line and the runtime with its tests: the GPU path changes nothing else.
+  # TORCH_CUDA_ARCH_LIST spares its CMake config from probing for a GPU (none here; optpipe compiles
+  # no CUDA code of its own). 9.0: H100 and H200.
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_cmake" \
+        -DTORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" \
+        -DOPTPIPE_BUILD_BENCH=OFF -DOPTPIPE_BUILD_PYTHON=OFF >&2
+  started=$(date +%s)
+  cmake --build build-cuda -j "$jobs" --target optpipe_cmd optpipe-runtime optpipe_runtime_tests >&2
+  echo "setup: build-cuda built in $(( $(date +%s) - started )) s" >&2
+fi

@@ -2,8 +2,13 @@
 // and the rank-report format. Multi-process runs are in test_runtime_cli.sh.
 #include <gtest/gtest.h>
 
+#include <map>
+
+#include "device.h"
 #include "gpt.h"
+#include "messages.h"
 #include "optpipe/cost_model.h"
+#include "optpipe/families.h"
 #include "records.h"
 
 using namespace optpipe;
@@ -158,8 +163,13 @@ TEST(RuntimeRecords, ReportRoundTrips) {
   it.memory.push_back({10, 0});
   it.memory.push_back({20, 4096});
   it.peak_activation_bytes = 4096;
+  it.allocator_peak_bytes = 3 << 20;
+  it.allocator_reserved_bytes = 4 << 20;
   it.loss = 2.5;
   r.iterations.push_back(it);
+  r.device = "cuda:1 (a GPU)";
+  r.hops = "nccl";
+  r.pinned_bytes = 123;
   r.checked = true;
   r.check.max_grad_rel_error = 3e-7;
   r.check.worst_param = "layer0.w_1";
@@ -169,6 +179,76 @@ TEST(RuntimeRecords, ReportRoundTrips) {
   ASSERT_EQ(back.value.iterations.size(), 1u);
   EXPECT_EQ(back.value.iterations[0].ops[1].op, (Op{OpKind::kReload, 1, 2}));
   EXPECT_EQ(back.value.iterations[0].peak_activation_bytes, 4096);
+  EXPECT_EQ(back.value.iterations[0].allocator_peak_bytes, 3 << 20);
+  EXPECT_EQ(back.value.iterations[0].allocator_reserved_bytes, 4 << 20);
+  EXPECT_EQ(back.value.device, "cuda:1 (a GPU)");
+  EXPECT_EQ(back.value.hops, "nccl");
+  EXPECT_EQ(back.value.pinned_bytes, 123);
   EXPECT_EQ(back.value.check.worst_param, "layer0.w_1");
   EXPECT_FALSE(rank_report_from_json("{\"rank\": 1}").ok());
+}
+
+// What messages.h promises the GPU engine, for every family on stages of uneven cost: both ends
+// of a pair list the same messages in the same order, and a host that posts receives at once
+// and sends once their op is enqueued has posted every receive before the op that needs it.
+TEST(RuntimeMessages, BothEndsAgreeAndTheHostNeverWaitsForItself) {
+  UniformSpec u;
+  u.num_devices = 4;
+  u.num_microbatches = 8;
+  u.t_comm_us = 50;
+  Problem base = make_uniform_problem(u);
+  for (size_t s = 0; s < base.stages.size(); s++) base.stages[s].t_f_us *= 1 + 0.3 * static_cast<double>(s % 3);
+  int families_checked = 0;
+  for (const Family& f : families()) {
+    Result<FamilySchedule> fs = build_family(f, base);
+    if (!fs.ok()) continue;
+    const Problem& p = fs.value.problem;
+    const Schedule& sched = fs.value.schedule;
+    std::vector<std::map<int, std::vector<Message>>> order;
+    for (int d = 0; d < p.num_devices; d++) order.push_back(message_order(p, sched, d));
+    int messages = 0;
+    for (int d = 0; d < p.num_devices; d++) {
+      for (const auto& [peer, msgs] : order[d]) {
+        const std::vector<Message>& other = order[peer].at(d);
+        ASSERT_EQ(msgs.size(), other.size()) << f.name << " device " << d << " peer " << peer;
+        for (size_t k = 0; k < msgs.size(); k++) {
+          EXPECT_EQ(msgs[k].tag, other[k].tag) << f.name << " device " << d << " peer " << peer << " #" << k;
+          EXPECT_NE(msgs[k].send, other[k].send) << f.name;
+        }
+        messages += static_cast<int>(msgs.size());
+      }
+      // The host walks the device's compute ops; a send may go once its op is enqueued.
+      std::vector<size_t> position(num_op_ids(p), 0);
+      const std::vector<Op>& ops = sched.devices[d].compute;
+      for (size_t k = 0; k < ops.size(); k++) position[op_id(p, ops[k])] = k;
+      for (const auto& [peer, msgs] : order[d])
+        for (size_t k = 0; k < msgs.size(); k++) {
+          if (msgs[k].send) continue;
+          // Every send ahead of this receive must have its op before the op needing the receive.
+          for (size_t j = 0; j < k; j++)
+            if (msgs[j].send)
+              EXPECT_LT(position[op_id(p, msgs[j].local)], position[op_id(p, msgs[k].local)])
+                  << f.name << " device " << d << ": " << op_name(msgs[k].local) << " needs a receive posted after "
+                  << op_name(msgs[j].local) << "'s send";
+        }
+    }
+    EXPECT_GT(messages, 0) << f.name;
+    families_checked++;
+  }
+  EXPECT_GE(families_checked, 10);
+}
+
+// Without a GPU (here, in CI) every device choice but cuda lands on the CPU, and cuda says why not.
+TEST(RuntimeDevice, ChoosesTheCpuWithoutAGpu) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible";
+  at::Device dev(at::kCUDA, 0);
+  Status st = rank_device(DeviceChoice::kAuto, 3, &dev);
+  ASSERT_TRUE(st.ok()) << st.message;
+  EXPECT_TRUE(dev.is_cpu());
+  dev = at::Device(at::kCUDA, 0);
+  ASSERT_TRUE(rank_device(DeviceChoice::kCpu, 0, &dev).ok());
+  EXPECT_TRUE(dev.is_cpu());
+  Status cuda = rank_device(DeviceChoice::kCuda, 0, &dev);
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_NE(cuda.message.find(cuda_built() ? "no GPU is visible" : "CPU-only"), std::string::npos) << cuda.message;
 }

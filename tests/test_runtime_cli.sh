@@ -197,6 +197,14 @@ else
   fail "torchrun-style ranks"; cat "$tmp/rank0.out" "$tmp/rank1.out" | tail -6
 fi
 
+# Asked for a GPU where there is none (or a build without CUDA): every rank says why, exit 1.
+if nvidia-smi -L >/dev/null 2>&1; then echo "skip --device cuda without a GPU: this machine has one"; else
+out=$("$bin" run --problem "$tmp/problem.json" "${model[@]}" --family 1f1b --iterations 1 --device cuda --timeout 20 2>&1)
+rc=$?
+[ $rc -eq 1 ] && grep -q "rank 0: --device cuda: \(no GPU is visible\|this optpipe-runtime was built against a CPU-only\)" <<<"$out" &&
+  echo "ok   --device cuda without a GPU is refused" || { fail "--device cuda without a GPU (exit $rc)"; echo "$out" | tail -3; }
+fi
+
 out=$("$bin" run --family 1f1b 2>&1)
 [ $? -eq 2 ] && grep -q "needs --problem" <<<"$out" && echo "ok   run without a problem is a usage error" || { fail "run without --problem"; echo "$out" | head -3; }
 

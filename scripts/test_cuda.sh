@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds the runtime's GPU path against PyPI's CUDA LibTorch (setup.sh --cuda: a multi-GB
+# download) and runs the runtime's tests with that build. Without a GPU they run on the CPU:
+# what they show there is that the CUDA build compiles, links, loads and keeps the CPU path.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh --cuda
+./build-cuda/optpipe_runtime_tests
+./tests/test_runtime_cli.sh "$PWD/build-cuda/optpipe"
