@@ -314,7 +314,7 @@ ReferenceResult reference_gradients(const GptConfig& cfg, const std::vector<Chun
   }
   const at::Device device = chunks.front().values.front().device();
   const at::Tensor causal = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device)).triu(1);
-  at::Tensor total = at::zeros({}, at::TensorOptions().device(device));
+  double total = 0;
   for (int i = 0; i < cfg.num_microbatches; i++) {
     const Batch batch = to_device(make_batch(cfg, iteration, i), device);
     at::Tensor x;
@@ -339,14 +339,16 @@ ReferenceResult reference_gradients(const GptConfig& cfg, const std::vector<Chun
         const int base = head_base(l);
         at::Tensor logits =
             at::linear(at::layer_norm(x, {h}, P[base + kLnFG], P[base + kLnFB], kLnEps), P[base + kWOut]);
-        total = total + at::cross_entropy_loss(logits.reshape({b * T, m.vocab}), batch.targets.reshape({b * T}));
+        // One microbatch's graph at a time: the reference holds no more activations than one.
+        at::Tensor loss = at::cross_entropy_loss(logits.reshape({b * T, m.vocab}), batch.targets.reshape({b * T})) /
+                          cfg.num_microbatches;
+        loss.backward();
+        total += loss.item<double>();
       }
     }
   }
-  total = total / cfg.num_microbatches;
-  total.backward();
   ReferenceResult r;
-  r.loss = total.item<double>();
+  r.loss = total;
   for (const std::vector<at::Tensor>& ls : leaves) {
     r.grads.emplace_back();
     for (const at::Tensor& t : ls) r.grads.back().push_back(t.grad());
