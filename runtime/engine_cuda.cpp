@@ -137,8 +137,8 @@ class Hops {
     if (g_.hops_over_nccl) {
       pump();
       for (const auto& [peer, msgs] : order_)
-        OPTPIPE_CHECK(next_[peer] == msgs.size(), me_ + ": a message to or from rank " + std::to_string(peer) +
-                                                      " was never posted");
+        OPTPIPE_CHECK(next_[peer] == msgs.size(),
+                      me_ + ": a message to or from rank " + std::to_string(peer) + " was never posted");
     }
     for (auto& [t, work] : sends_) wait_work(work, g_.timeout_s, me_ + ": sending to a peer");
   }
@@ -190,10 +190,10 @@ class Hops {
   std::vector<int64_t> shape_;
   std::string me_;
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl_;
-  std::map<int, size_t> next_;                                                // per peer: first message not posted
+  std::map<int, size_t> next_;                                                   // per peer: first message not posted
   std::map<int, std::pair<at::Tensor, c10::intrusive_ptr<c10d::Work>>> posted_;  // receives by tag
-  std::map<int, at::Tensor> ready_;                                           // sends waiting for their turn
-  std::vector<std::pair<at::Tensor, c10::intrusive_ptr<c10d::Work>>> sends_;  // kept alive until done
+  std::map<int, at::Tensor> ready_;                                              // sends waiting for their turn
+  std::vector<std::pair<at::Tensor, c10::intrusive_ptr<c10d::Work>>> sends_;     // kept alive until done
 };
 
 // What one iteration enqueues and reads back once it has run.
@@ -212,9 +212,9 @@ struct Pass {
   std::vector<Batch> batches;
   std::vector<Stash> stash;  // by slot: F's stash, its host copy once offloaded
   std::vector<WeightStash> w_stash;
-  std::vector<at::Tensor> local_act, local_grad;  // from a chunk on this rank
-  std::vector<CUDAEvent*> offload_end, reload_end;      // by slot
-  std::vector<CUDAEvent*> op_start, op_end;             // by op id, compute ops
+  std::vector<at::Tensor> local_act, local_grad;    // from a chunk on this rank
+  std::vector<CUDAEvent*> offload_end, reload_end;  // by slot
+  std::vector<CUDAEvent*> op_start, op_end;         // by op id, compute ops
   struct Timed {
     Op op;
     CUDAEvent *start, *end;
@@ -522,8 +522,7 @@ IterationRecord CudaRankLoop::read_back(Pass* pass, CUDAEvent& start, double sta
   for (const Pass::Timed& t : pass->timed) rec.ops.push_back({t.op, at_us(t.start), at_us(t.end)});
   std::vector<std::pair<double, int64_t>> changes;
   for (const auto& [e, bytes] : pass->tally) changes.push_back({at_us(e), bytes});
-  std::stable_sort(changes.begin(), changes.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(changes.begin(), changes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   int64_t live = 0;
   rec.memory.push_back({start_us, 0});
   for (const auto& [time_us, bytes] : changes) {

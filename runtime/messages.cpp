@@ -43,8 +43,7 @@ std::map<int, std::vector<Message>> message_order(const Problem& p, const Schedu
       if (st > 0 && p.device_of(st - 1) != d)
         add(p.device_of(st - 1), true, {OpKind::kB, st - 1, i}, op, t.end_us[op_id(p, op)]);
       if (st + 1 < S && p.device_of(st + 1) != d)
-        add(p.device_of(st + 1), false, {OpKind::kB, st, i}, op,
-            end_of(p, t, {OpKind::kB, OpKind::kBW}, st + 1, i));
+        add(p.device_of(st + 1), false, {OpKind::kB, st, i}, op, end_of(p, t, {OpKind::kB, OpKind::kBW}, st + 1, i));
     }
   }
   for (auto& [peer, msgs] : order)

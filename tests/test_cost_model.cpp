@@ -1,6 +1,7 @@
 // The cost model against hand-worked numbers from the formulas' sources.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "optpipe/cost_model.h"
@@ -49,11 +50,12 @@ TEST(CostModel, PartitionsCoverEveryLayer) {
   }
   EXPECT_EQ(partition_layers(m, 16, Partition::kUniform, 1), std::vector<int>(16, 5));
   // Balanced: a heavy LM head (a 400k vocabulary costs ~7.5 layers, more than any 4–5 layer
-  // chunk) gets a chunk of its own.
+  // chunk) shares its chunk with as few layers as it can: one (a chunk has at least one layer).
   ModelSpec big_vocab = find_model("gpt-7b").value;
   big_vocab.vocab = 400000;
   std::vector<int> b = partition_layers(big_vocab, 8, Partition::kBalanced, 1);
-  EXPECT_EQ(b.back(), 0);
+  EXPECT_EQ(b.back(), 1);
+  EXPECT_EQ(*std::min_element(b.begin(), b.end()), 1);
   EXPECT_EQ(std::accumulate(b.begin(), b.end(), 0), 32);
 }
 
@@ -184,4 +186,68 @@ TEST(CostModel, LayoutsThatCannotBeAreRefused) {
   plan.tp = 2;
   plan.dp = 3;  // 32 is not a multiple of 6
   EXPECT_FALSE(build_problem(find_model("gpt-7b").value, find_cluster("32xa100-80gb").value, plan).ok());
+}
+
+// V-shape and interleaved cuts come from the layers (the "cut at layer boundaries"): the
+// embedding and the LM head stay whole, so a V-shape's device 0 holds both ends of the model.
+TEST(CostModel, OtherPlacementsCutAtLayerBoundaries) {
+  const ModelSpec m = find_model("llama2-13b").value;  // 40 layers
+  Result<Problem> lin = build_problem(m, find_cluster("8xa100-40gb").value, {.num_microbatches = 16});
+  ASSERT_TRUE(lin.ok()) << lin.status.message;
+  const Problem& p = lin.value;
+  ASSERT_EQ(p.layers.size(), 40u);
+  EXPECT_TRUE(layers_match(p));
+  double layer_sum = 0;
+  for (const LayerSpec& l : p.layers) layer_sum += l.t_f_us;
+
+  Result<Problem> v = rechunk(p, Placement::kVShape, 2);
+  ASSERT_TRUE(v.ok()) << v.status.message;
+  ASSERT_EQ(v.value.num_stages(), 16);
+  int layers = 0;
+  double stage_sum = 0;
+  for (const StageSpec& st : v.value.stages) {
+    EXPECT_GE(st.num_layers, 1);
+    layers += st.num_layers;
+    stage_sum += st.t_f_us;
+  }
+  EXPECT_EQ(layers, 40);
+  EXPECT_NEAR(stage_sum, layer_sum, 1e-6 * layer_sum);
+  // The last stage (on device 0) carries the LM head whole: more than its layers' share alone.
+  const StageSpec& last = v.value.stages.back();
+  EXPECT_GT(last.t_f_us, last.num_layers * p.layers[0].t_f_us * 1.01);
+  // Device 0 holds the embedding (first stage) and the head (last stage): the most static bytes;
+  // an even split of the linear stages would have given it the same as device 1.
+  EXPECT_GT(v.value.devices[0].static_bytes, v.value.devices[1].static_bytes);
+  int64_t statics = 0, layer_statics = 0;
+  for (const DeviceSpec& d : v.value.devices) statics += d.static_bytes;
+  for (const LayerSpec& l : p.layers) layer_statics += l.static_bytes;
+  EXPECT_EQ(statics, layer_statics);
+  // Any number of chunks per device cuts at layers, even one that does not divide 8 stages...
+  Result<Problem> i3 = rechunk(p, Placement::kInterleaved, 3);
+  ASSERT_TRUE(i3.ok()) << i3.status.message;
+  EXPECT_TRUE(layers_match(i3.value));
+  // ... but never more stages than layers.
+  Result<Problem> i6 = rechunk(p, Placement::kInterleaved, 6);
+  ASSERT_FALSE(i6.ok());
+  EXPECT_NE(i6.status.message.find("cannot cut 40 layers into 48 stages"), std::string::npos) << i6.status.message;
+  // Back to linear from V-shape: the same layers, every stage accounted for.
+  Result<Problem> back = rechunk(v.value, Placement::kLinear, 1);
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(layers_match(back.value));
+
+  // Edited stages make the layers stale: rechunk splits the stages evenly, and drops the layers.
+  Problem edited = p;
+  edited.stages[0].t_f_us *= 2;
+  EXPECT_FALSE(layers_match(edited));
+  Result<Problem> split = rechunk(edited, Placement::kVShape, 2);
+  ASSERT_TRUE(split.ok());
+  EXPECT_TRUE(split.value.layers.empty());
+  EXPECT_DOUBLE_EQ(split.value.stages[0].t_f_us, edited.stages[0].t_f_us / 2);
+
+  // The layers travel in the problem JSON.
+  Result<Problem> read = problem_from_json(problem_to_json(p));
+  ASSERT_TRUE(read.ok()) << read.status.message;
+  ASSERT_EQ(read.value.layers.size(), 40u);
+  EXPECT_EQ(read.value.layers.back().static_bytes, p.layers.back().static_bytes);
+  EXPECT_TRUE(layers_match(read.value));
 }

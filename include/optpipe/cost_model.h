@@ -84,11 +84,13 @@ struct LayerCost {
 LayerCost transformer_layer_cost(const ModelSpec& m, int microbatch_size);
 
 // Layers per chunk, in model order; the first chunk also holds the embedding, the last the
-// LM head and loss. Balanced: as even in forward time as whole layers allow.
+// LM head and loss. Balanced: as even in forward time as whole layers allow, at least one layer a
+// chunk when there are as many layers as chunks.
 std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, Partition partition, int microbatch_size);
 
-// The problem for the cluster's num_gpus / (tp · dp) pipeline devices, linear placement (families
-// and the optimizer re-cut it). One data-parallel rank's pipeline: every rank runs the same.
+// The problem for the cluster's num_gpus / (tp · dp) pipeline devices, linear placement, with its
+// layers (Problem::layers), from which families and the optimizer cut other placements at layer
+// boundaries. One data-parallel rank's pipeline: every rank runs the same.
 Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan);
 
 // What the data-parallel gradient reduction adds after the last backward, in µs: Megatron's

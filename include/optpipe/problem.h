@@ -65,6 +65,17 @@ struct HostLinkSpec {
   double latency_us = 10;
 };
 
+// One layer of the model, as the cost model prices it, from which a cut into stages for any
+// placement follows (rechunk). The embedding counts with the first layer and the LM head with the
+// last: neither can be split off.
+struct LayerSpec {
+  double t_f_us = 0, t_b_us = 0, t_w_us = 0, t_r_us = 0;
+  int64_t act_f_bytes = 0;      // kept by F until backward
+  int64_t act_w_bytes = 0;      // released by W (≤ 0)
+  int64_t act_input_bytes = 0;  // the layer's input: what a stage starting here keeps when recomputed
+  int64_t static_bytes = 0;     // parameters, gradients, optimizer state
+};
+
 struct Problem {
   int num_devices = 0;       // D
   int num_microbatches = 0;  // M
@@ -74,6 +85,9 @@ struct Problem {
   std::vector<StageSpec> stages;    // S entries, model order
   std::vector<DeviceSpec> devices;  // D entries
   HostLinkSpec host_link;
+  // Optional: the model layer by layer, stages[s] being the next stages[s].num_layers of them. When
+  // present (and still what the stages sum to), rechunk cuts layers instead of splitting stages.
+  std::vector<LayerSpec> layers;
 
   int num_stages() const { return num_devices * chunks_per_device; }
 
@@ -133,11 +147,21 @@ Result<Problem> with_recompute_layers(const Problem& p, const std::vector<int>& 
 // exact models and rechunk take a model as profiled (the optimizer decides recomputes itself).
 Status check_no_recompute_layers(const Problem& p);
 
-// The same model re-cut for another placement: S' = D·v' stages. When S' is a multiple of S each
-// stage is split evenly into S'/S consecutive pieces (times and bytes divided; the kept input
-// stays whole, layers are shared out, at least one a piece); when S is a multiple of S', consecutive
-// groups are merged (summed). Devices, budgets and links are unchanged. A problem whose stages
-// recompute layers is refused: re-cut first, then configure.
+// The same model re-cut for another placement: S' = D·v' stages. With layers (from the cost
+// model), they are cut into S' consecutive runs of at least one layer each, balancing the stages'
+// F + B + W, and each device's static bytes follow its layers (so a V-shape's device 0 holds the
+// embedding and the LM head); more stages than layers are refused. Without layers, when S' is a
+// multiple of S each stage is split evenly into S'/S consecutive pieces (times and bytes divided;
+// the kept input stays whole, layers are shared out, at least one a piece); when S is a multiple of
+// S', consecutive groups are merged (summed); devices are unchanged. Budgets and links are kept. A
+// problem whose stages recompute layers is refused: re-cut first, then configure.
 Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_device);
+
+// Sets p's stages and device static bytes from p->layers: stage s gets the next counts[s] layers
+// (Σ counts = layers), devices the sum of their stages' static bytes.
+void cut_layers(const std::vector<int>& counts, Problem* p);
+// Whether p's stages are still what its layers sum to (an edit of the stages or a profile makes
+// them stale, and rechunk then splits stages instead).
+bool layers_match(const Problem& p);
 
 }  // namespace optpipe

@@ -154,10 +154,11 @@ std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, Partition 
   // best[c][k]: the smallest largest-chunk cost putting the first k layers into chunks 0..c.
   std::vector<std::vector<double>> best(S, std::vector<double>(L + 1, inf));
   std::vector<std::vector<int>> cut(S, std::vector<int>(L + 1, 0));
-  for (int k = 0; k <= L; k++) best[0][k] = k * layer + (S == 1 ? head : 0);
+  const int least = L >= S ? 1 : 0;  // layers per chunk: the LM head is no chunk of its own when it can share
+  for (int k = least; k <= L; k++) best[0][k] = k * layer + (S == 1 ? head : 0);
   for (int c = 1; c < S; c++)
     for (int k = 0; k <= L; k++)
-      for (int j = 0; j <= k; j++) {
+      for (int j = 0; j <= k - least; j++) {
         const double chunk = (k - j) * layer + (c == S - 1 ? head : 0);
         const double v = std::max(best[c - 1][j], chunk);
         if (v < best[c][k]) {
@@ -251,7 +252,6 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
   const double replicated = b * s * (4 * h * bytes + (m.mlp == Mlp::kGelu ? 2 * h : 0));
   const LayerCost layer = shard(transformer_layer_cost(m, plan.microbatch_size), T, sp, replicated);
   const LayerCost head = shard(head_cost(m, plan.microbatch_size), T, sp, sp ? 0 : b * s * h * bytes);
-  const std::vector<int> layers = partition_layers(m, D, plan.partition, plan.microbatch_size);
   // [S19] two all-reduces of the b·s·h activation per layer in F (and again in B, and in a
   // recompute), on the node's NVLink.
   const double tp_us = 2 * 2 * ring_us(b * s * h * bytes, T, cluster.nvlink_gb_per_s);
@@ -269,29 +269,29 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
   p.t_comm_us = cluster.p2p_latency_us + (hop_gb_per_s > 0 ? hop_bytes / (hop_gb_per_s * 1e3) : 0);
   p.host_link = {cluster.d2h_gb_per_s, cluster.h2d_gb_per_s, cluster.host_link_latency_us};
   const double optimizer_shards = deg.value.distributed_optimizer ? deg.value.dp : 1;
-  for (int c = 0; c < D; c++) {
-    const int n = layers[c];
-    const bool last = c == D - 1;
-    StageSpec st;
-    st.t_f_us = (n * layer.fwd_flops + (last ? head.fwd_flops : 0)) / flops_per_us + n * tp_us;
-    st.t_b_us = (n * layer.bwd_input_flops + (last ? head.bwd_input_flops : 0)) / flops_per_us + n * tp_us;
-    st.t_w_us = (n * layer.bwd_weight_flops + (last ? head.bwd_weight_flops : 0)) / flops_per_us;
-    st.t_r_us = st.t_f_us;
-    st.act_f_bytes = n * layer.act_bytes + (last ? head.act_bytes : 0);
-    st.act_w_bytes = -(n * layer.act_after_b_bytes + (last ? head.act_after_b_bytes : 0));
-    st.act_b_bytes = -st.act_f_bytes - st.act_w_bytes;
-    st.act_input_bytes = std::min<int64_t>(st.act_f_bytes, static_cast<int64_t>(hop_bytes));
-    st.num_layers = std::max(1, n);  // the LM head counts with the last stage's layers
-    p.stages.push_back(st);
-
-    DeviceSpec dev;
+  // Layer by layer (the embedding with the first, the LM head with the last), so that a V-shape
+  // or interleaved cut follows the layers (rechunk); the linear stages are cut from them here.
+  for (int k = 0; k < m.num_layers; k++) {
+    const bool last = k == m.num_layers - 1;
+    LayerSpec l;
+    l.t_f_us = (layer.fwd_flops + (last ? head.fwd_flops : 0)) / flops_per_us + tp_us;
+    l.t_b_us = (layer.bwd_input_flops + (last ? head.bwd_input_flops : 0)) / flops_per_us + tp_us;
+    l.t_w_us = (layer.bwd_weight_flops + (last ? head.bwd_weight_flops : 0)) / flops_per_us;
+    l.t_r_us = l.t_f_us;
+    l.act_f_bytes = layer.act_bytes + (last ? head.act_bytes : 0);
+    l.act_w_bytes = -(layer.act_after_b_bytes + (last ? head.act_after_b_bytes : 0));
+    l.act_input_bytes = std::min<int64_t>(l.act_f_bytes, static_cast<int64_t>(hop_bytes));
     const double params =
-        n * layer.params + (c == 0 ? static_cast<double>(m.vocab) * m.hidden / T : 0) + (last ? head.params : 0);
-    dev.static_bytes = static_cast<int64_t>(params * (4 + 12 / optimizer_shards));  // [R20]
-    dev.mem_budget_bytes = plan.mem_budget_bytes > 0 ? plan.mem_budget_bytes : cluster.hbm_bytes / 10 * 9;
-    dev.host_link = c / std::max(1, cluster.gpus_per_host_link);
-    p.devices.push_back(dev);
+        layer.params + (k == 0 ? static_cast<double>(m.vocab) * m.hidden / T : 0) + (last ? head.params : 0);
+    l.static_bytes = static_cast<int64_t>(params * (4 + 12 / optimizer_shards));  // [R20]
+    p.layers.push_back(l);
   }
+  p.devices.assign(D, DeviceSpec{});
+  for (int c = 0; c < D; c++) {
+    p.devices[c].mem_budget_bytes = plan.mem_budget_bytes > 0 ? plan.mem_budget_bytes : cluster.hbm_bytes / 10 * 9;
+    p.devices[c].host_link = c / std::max(1, cluster.gpus_per_host_link);
+  }
+  cut_layers(partition_layers(m, D, plan.partition, plan.microbatch_size), &p);
   Status st = check_problem(p);
   if (!st.ok()) return R::Error(st);
   return R::Of(std::move(p));

@@ -47,6 +47,22 @@ Result<Problem> problem_from_json(const std::string& text) {
     }
   }
   read_host_link(r, &p.host_link, &err);
+  if (const json* layers = r.array("layers", false)) {
+    for (size_t i = 0; i < layers->size() && err.ok(); i++) {
+      Reader lr((*layers)[i], "layers[" + std::to_string(i) + "]", &err);
+      LayerSpec l;
+      lr.number("t_f_us", &l.t_f_us, true);
+      lr.number("t_b_us", &l.t_b_us, true);
+      lr.number("t_w_us", &l.t_w_us, true);
+      lr.number("t_r_us", &l.t_r_us, true);
+      lr.integer("act_f_bytes", &l.act_f_bytes, true);
+      lr.integer("act_w_bytes", &l.act_w_bytes, true);
+      lr.integer("act_input_bytes", &l.act_input_bytes, true);
+      lr.integer("static_bytes", &l.static_bytes, true);
+      lr.finish();
+      p.layers.push_back(l);
+    }
+  }
   r.finish();
   if (err.ok()) err = check_problem(p);
   if (!err.ok()) return Result<Problem>::Error(err);
@@ -77,6 +93,18 @@ std::string problem_to_json(const Problem& p) {
     j["devices"].push_back(
         {{"static_bytes", d.static_bytes}, {"mem_budget_bytes", d.mem_budget_bytes}, {"host_link", d.host_link}});
   j["host_link"] = host_link_json(p.host_link);
+  if (!p.layers.empty()) {
+    j["layers"] = json::array();
+    for (const LayerSpec& l : p.layers)
+      j["layers"].push_back({{"t_f_us", l.t_f_us},
+                             {"t_b_us", l.t_b_us},
+                             {"t_w_us", l.t_w_us},
+                             {"t_r_us", l.t_r_us},
+                             {"act_f_bytes", l.act_f_bytes},
+                             {"act_w_bytes", l.act_w_bytes},
+                             {"act_input_bytes", l.act_input_bytes},
+                             {"static_bytes", l.static_bytes}});
+  }
   return j.dump(2) + "\n";
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 namespace optpipe {
@@ -148,6 +149,19 @@ Status check_problem(const Problem& p) {
     if (dev.host_link < 0 || dev.host_link >= p.num_devices)
       return bad(f + "host_link", "must be in [0, num_devices)", std::to_string(dev.host_link));
   }
+  for (size_t k = 0; k < p.layers.size(); k++) {
+    const LayerSpec& l = p.layers[k];
+    const std::string f = "layers[" + std::to_string(k) + "].";
+    if (!(st = check_time(f + "t_f_us", l.t_f_us)).ok()) return st;
+    if (!(st = check_time(f + "t_b_us", l.t_b_us)).ok()) return st;
+    if (!(st = check_time(f + "t_w_us", l.t_w_us)).ok()) return st;
+    if (!(st = check_time(f + "t_r_us", l.t_r_us)).ok()) return st;
+    if (!(st = check_bytes(f + "act_f_bytes", l.act_f_bytes, false)).ok()) return st;
+    if (!(st = check_bytes(f + "act_input_bytes", l.act_input_bytes, false)).ok()) return st;
+    if (!(st = check_bytes(f + "static_bytes", l.static_bytes, false)).ok()) return st;
+    if (l.act_w_bytes > 0 || l.act_w_bytes < -l.act_f_bytes)
+      return bad(f + "act_w_bytes", "must be in [-act_f_bytes, 0]", std::to_string(l.act_w_bytes));
+  }
   // Every byte total the simulator forms (static + all activations of a device, summed over
   // devices) must stay far inside int64.
   double total = 0;
@@ -225,6 +239,90 @@ Problem default_problem() {
   return p;
 }
 
+void cut_layers(const std::vector<int>& counts, Problem* p) {
+  OPTPIPE_CHECK(static_cast<int>(counts.size()) == p->num_stages(), "one layer count per stage");
+  p->stages.assign(counts.size(), StageSpec{});
+  for (DeviceSpec& d : p->devices) d.static_bytes = 0;
+  size_t next = 0;
+  for (size_t s = 0; s < counts.size(); s++) {
+    OPTPIPE_CHECK(counts[s] >= 1 && next + counts[s] <= p->layers.size(), "layer counts cover the layers");
+    StageSpec& st = p->stages[s];
+    st.num_layers = counts[s];
+    st.act_input_bytes = p->layers[next].act_input_bytes;
+    for (int k = 0; k < counts[s]; k++, next++) {
+      const LayerSpec& l = p->layers[next];
+      st.t_f_us += l.t_f_us;
+      st.t_b_us += l.t_b_us;
+      st.t_w_us += l.t_w_us;
+      st.t_r_us += l.t_r_us;
+      st.act_f_bytes += l.act_f_bytes;
+      st.act_w_bytes += l.act_w_bytes;
+      p->devices[p->device_of(static_cast<int>(s))].static_bytes += l.static_bytes;
+    }
+    st.act_b_bytes = -st.act_f_bytes - st.act_w_bytes;
+    st.act_input_bytes = std::min(st.act_input_bytes, st.act_f_bytes);
+  }
+  OPTPIPE_CHECK(next == p->layers.size(), "layer counts cover the layers");
+}
+
+bool layers_match(const Problem& p) {
+  if (p.layers.empty()) return false;
+  Problem q = p;
+  std::vector<int> counts;
+  size_t total = 0;
+  for (const StageSpec& st : p.stages) {
+    counts.push_back(st.num_layers);
+    total += st.num_layers;
+    if (st.recompute_layers > 0 || st.ws_f_bytes || st.ws_b_bytes || st.ws_w_bytes) return false;
+  }
+  if (total != p.layers.size()) return false;
+  cut_layers(counts, &q);
+  auto close = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)}); };
+  for (size_t s = 0; s < p.stages.size(); s++) {
+    const StageSpec &a = p.stages[s], &b = q.stages[s];
+    if (!close(a.t_f_us, b.t_f_us) || !close(a.t_b_us, b.t_b_us) || !close(a.t_w_us, b.t_w_us) ||
+        !close(a.t_r_us, b.t_r_us) || a.act_f_bytes != b.act_f_bytes || a.act_w_bytes != b.act_w_bytes ||
+        a.act_input_bytes != b.act_input_bytes)
+      return false;
+  }
+  for (int d = 0; d < p.num_devices; d++)
+    if (p.devices[d].static_bytes != q.devices[d].static_bytes) return false;
+  return true;
+}
+
+namespace {
+
+// The cut of `layers` into n consecutive runs of at least one layer that minimises the largest
+// run's F + B + W; counts in model order.
+std::vector<int> balanced_layer_counts(const std::vector<LayerSpec>& layers, int n) {
+  const int L = static_cast<int>(layers.size());
+  std::vector<double> prefix(L + 1, 0);
+  for (int k = 0; k < L; k++) prefix[k + 1] = prefix[k] + layers[k].t_f_us + layers[k].t_b_us + layers[k].t_w_us;
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[c][k]: the smallest largest run putting the first k layers into runs 0..c.
+  std::vector<std::vector<double>> best(n, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int>> cut(n, std::vector<int>(L + 1, 0));
+  for (int k = 1; k <= L; k++) best[0][k] = prefix[k];
+  for (int c = 1; c < n; c++)
+    for (int k = c + 1; k <= L; k++)
+      for (int j = c; j < k; j++) {
+        const double v = std::max(best[c - 1][j], prefix[k] - prefix[j]);
+        if (v < best[c][k]) {
+          best[c][k] = v;
+          cut[c][k] = j;
+        }
+      }
+  std::vector<int> counts(n);
+  for (int c = n - 1, k = L; c >= 0; c--) {
+    const int j = c > 0 ? cut[c][k] : 0;
+    counts[c] = k - j;
+    k = j;
+  }
+  return counts;
+}
+
+}  // namespace
+
 Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_device) {
   if (chunks_per_device < 1 || chunks_per_device > 64 || (placement == Placement::kLinear && chunks_per_device != 1) ||
       (placement == Placement::kVShape && chunks_per_device != 2))
@@ -237,6 +335,17 @@ Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_de
   q.chunks_per_device = chunks_per_device;
   q.stages.clear();
   const int from = p.num_stages(), to = q.num_stages();
+  if (placement == p.placement && chunks_per_device == p.chunks_per_device) return Result<Problem>::Of(p);
+  if (layers_match(p)) {
+    if (to > static_cast<int>(p.layers.size()))
+      return Result<Problem>::Error(Status::Invalid("cannot cut " + std::to_string(p.layers.size()) + " layers into " +
+                                                    std::to_string(to) + " stages"));
+    cut_layers(balanced_layer_counts(p.layers, to), &q);
+    Status st = check_problem(q);
+    if (!st.ok()) return Result<Problem>::Error(st);
+    return Result<Problem>::Of(std::move(q));
+  }
+  q.layers.clear();  // stale: the stages were edited or re-measured
   if (from <= 0 || to <= 0 || (to % from != 0 && from % to != 0))
     return Result<Problem>::Error(Status::Invalid("cannot re-cut " + std::to_string(from) + " stages into " +
                                                   std::to_string(to) + ": neither divides the other"));
