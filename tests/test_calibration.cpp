@@ -2,7 +2,8 @@
 // Model Training on GPU Clusters Using Megatron-LM", SC'21, Table 1 (GPT models on A100-80GB,
 // sequence 2048, vocabulary 51200, activation recomputation; achieved TFLOP/s per GPU counting the
 // recompute, their eq. 3). One utilization constant for the whole table (kUtilization), not fitted
-// per row; docs/cost-model.md has the table.
+// per row; docs/cost-model.md has the table. The published figures match the paper's text and
+// NVIDIA's copy of the table in the Megatron-LM repository (images/cases_april2021.png).
 #include <gtest/gtest.h>
 
 #include <cmath>

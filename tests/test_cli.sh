@@ -155,6 +155,10 @@ assert o["speedup_vs_megatron_default"] >= 1 - 1e-9, o["speedup_vs_megatron_defa
 print("ok   plan --search ranks layouts that fit under any timing, beside Megatron's default")
 PY
 check "plan --search needs a batch" 2 "--global-batch" -- "$bin" plan --search
+check "plan --search refuses the degrees it chooses" 2 "--tp: --search chooses" -- \
+  "$bin" plan --model gpt-7b --cluster 16xh100 --global-batch 64 --search --tp 2
+check "plan --search refuses microbatches" 2 "--microbatches: --search chooses" -- \
+  "$bin" plan --model gpt-7b --cluster 16xh100 --global-batch 64 --search --microbatches 8
 check "plan tp beyond a node" 1 "within a node" -- "$bin" plan --model gpt-7b --cluster 16xh100 --tp 16
 
 # Usage errors: exit 2.
