@@ -291,23 +291,15 @@ void RankLoop::run_forward(const Op& op, const at::Tensor& input, double start_u
 void RankLoop::run_backward(const Op& op, const at::Tensor& grad_output, double start_us, Pass* pass) {
   IterationState& state = pass->state;
   const int st = op.stage, i = op.microbatch;
-  Stash stash = state.take_stash(st, i);
-  const int64_t f_bytes = stash_bytes(stash.tensors);
-  WeightStash& w = pass->w_stash[slot(st, i)];
-  at::Tensor dx = backward_input(cfg_, &params_[st], std::move(stash), grad_output, pass->batches[i], &w);
+  int64_t delta = 0;
+  at::Tensor dx = backward_step(cfg_, &params_[st], state.take_stash(st, i), grad_output, pass->batches[i],
+                                op.kind == OpKind::kBW, &pass->w_stash[slot(st, i)], &delta);
   if (st > 0) {
     if (p_.device_of(st - 1) != d_) {
       send(dx, p_.device_of(st - 1), op_id(p_, {OpKind::kB, st - 1, i}), pass);
     } else {
       pass->local_grad[slot(st - 1, i)] = dx;
     }
-  }
-  int64_t delta = -f_bytes;
-  if (op.kind == OpKind::kBW) {
-    backward_weight(&params_[st], std::move(w));
-    w = WeightStash();
-  } else {
-    delta += stash_bytes(w);
   }
   const double end = monotonic_us();
   state.account(end, delta);

@@ -442,17 +442,9 @@ void CudaRankLoop::run_backward(const Op& op, const at::Tensor& grad_output, Pas
   const int st = op.stage, i = op.microbatch;
   const size_t k = slot(st, i);
   const int id = op_id(p_, op);
-  Stash stash = std::move(pass->stash[k]);
-  const int64_t f_bytes = stash_bytes(stash.tensors);
-  WeightStash& w = pass->w_stash[k];
-  at::Tensor dx = backward_input(cfg_, &params_[st], std::move(stash), grad_output, pass->batches[i], &w);
-  int64_t delta = -f_bytes;
-  if (op.kind == OpKind::kBW) {
-    backward_weight(&params_[st], std::move(w));
-    w = WeightStash();
-  } else {
-    delta += stash_bytes(w);
-  }
+  int64_t delta = 0;
+  at::Tensor dx = backward_step(cfg_, &params_[st], std::move(pass->stash[k]), grad_output, pass->batches[i],
+                                op.kind == OpKind::kBW, &pass->w_stash[k], &delta);
   pass->op_end[id] = pass->events.record(compute_);
   pass->tally.push_back({pass->op_end[id], delta});
   if (st == 0) return;

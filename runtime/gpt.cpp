@@ -304,6 +304,19 @@ void backward_weight(ChunkParams* params, WeightStash weight_stash) {
   }
 }
 
+at::Tensor backward_step(const GptConfig& cfg, ChunkParams* params, Stash stash, const at::Tensor& grad_output,
+                         const Batch& batch, bool fused, WeightStash* weight_stash, int64_t* live_delta_bytes) {
+  *live_delta_bytes = -stash_bytes(stash.tensors);
+  at::Tensor dx = backward_input(cfg, params, std::move(stash), grad_output, batch, weight_stash);
+  if (fused) {
+    backward_weight(params, std::move(*weight_stash));
+    *weight_stash = WeightStash();
+  } else {
+    *live_delta_bytes += stash_bytes(*weight_stash);
+  }
+  return dx;
+}
+
 ReferenceResult reference_gradients(const GptConfig& cfg, const std::vector<ChunkParams>& chunks, int iteration) {
   const ModelSpec& m = cfg.model;
   const int64_t b = cfg.microbatch_size, T = m.seq_len, h = m.hidden, a = m.heads, dh = h / a;

@@ -98,6 +98,12 @@ at::Tensor backward_input(const GptConfig& cfg, ChunkParams* params, Stash stash
                           const Batch& batch, WeightStash* weight_stash);
 void backward_weight(ChunkParams* params, WeightStash weight_stash);
 
+// The schedule's B (or BW when `fused`: the weight gradients at once, nothing left for W) on F's
+// stash: the input gradient, and in `live_delta_bytes` the change in live activation bytes (the
+// stash freed, what W still needs kept).
+at::Tensor backward_step(const GptConfig& cfg, ChunkParams* params, Stash stash, const at::Tensor& grad_output,
+                         const Batch& batch, bool fused, WeightStash* weight_stash, int64_t* live_delta_bytes);
+
 // The same model in one process with autograd, for checking the pipeline: the loss over all
 // microbatches of `iteration` and, per chunk, the gradient of every parameter, on the device
 // the chunks' parameters are on.
