@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -156,6 +157,13 @@ Status check_no_recompute_layers(const Problem& p);
 // S', consecutive groups are merged (summed); devices are unchanged. Budgets and links are kept. A
 // problem whose stages recompute layers is refused: re-cut first, then configure.
 Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_device);
+
+// The split of `items` things, in order, into `runs` consecutive runs of at least `least` each
+// that minimises the largest run_cost(first, end, run) (the first such split, scanning cut points
+// in order); the run lengths, in order. The cost model cuts layers into stages with it, rechunk
+// a problem's layers.
+std::vector<int> min_max_split(int items, int runs, int least,
+                               const std::function<double(int first, int end, int run)>& run_cost);
 
 // Sets p's stages and device static bytes from p->layers: stage s gets the next counts[s] layers
 // (Σ counts = layers), devices the sum of their stages' static bytes.

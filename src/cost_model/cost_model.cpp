@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <limits>
 
 namespace optpipe {
 
@@ -140,8 +139,8 @@ LayerCost head_cost(const ModelSpec& m, int microbatch_size) {
 
 std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, Partition partition, int microbatch_size) {
   const int L = m.num_layers, S = num_chunks;
-  std::vector<int> n(S, L / S);
   if (partition == Partition::kUniform) {
+    std::vector<int> n(S, L / S);
     for (int c = 0; c < L % S; c++) n[1 + c % std::max(1, S - 1)]++;  // spare layers skip the embedding chunk
     if (S == 1) n[0] = L;
     return n;
@@ -150,28 +149,9 @@ std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, Partition 
   // also pays for the embedding — negligible — the last for the LM head).
   const double layer = transformer_layer_cost(m, microbatch_size).fwd_flops;
   const double head = head_cost(m, microbatch_size).fwd_flops;
-  const double inf = std::numeric_limits<double>::infinity();
-  // best[c][k]: the smallest largest-chunk cost putting the first k layers into chunks 0..c.
-  std::vector<std::vector<double>> best(S, std::vector<double>(L + 1, inf));
-  std::vector<std::vector<int>> cut(S, std::vector<int>(L + 1, 0));
   const int least = L >= S ? 1 : 0;  // layers per chunk: the LM head is no chunk of its own when it can share
-  for (int k = least; k <= L; k++) best[0][k] = k * layer + (S == 1 ? head : 0);
-  for (int c = 1; c < S; c++)
-    for (int k = 0; k <= L; k++)
-      for (int j = 0; j <= k - least; j++) {
-        const double chunk = (k - j) * layer + (c == S - 1 ? head : 0);
-        const double v = std::max(best[c - 1][j], chunk);
-        if (v < best[c][k]) {
-          best[c][k] = v;
-          cut[c][k] = j;
-        }
-      }
-  for (int c = S - 1, k = L; c >= 0; c--) {
-    const int j = c > 0 ? cut[c][k] : 0;
-    n[c] = k - j;
-    k = j;
-  }
-  return n;
+  return min_max_split(L, S, least,
+                       [&](int first, int end, int c) { return (end - first) * layer + (c == S - 1 ? head : 0); });
 }
 
 namespace {

@@ -290,35 +290,41 @@ bool layers_match(const Problem& p) {
   return true;
 }
 
-namespace {
-
-// The cut of `layers` into n consecutive runs of at least one layer that minimises the largest
-// run's F + B + W; counts in model order.
-std::vector<int> balanced_layer_counts(const std::vector<LayerSpec>& layers, int n) {
-  const int L = static_cast<int>(layers.size());
-  std::vector<double> prefix(L + 1, 0);
-  for (int k = 0; k < L; k++) prefix[k + 1] = prefix[k] + layers[k].t_f_us + layers[k].t_b_us + layers[k].t_w_us;
+std::vector<int> min_max_split(int items, int runs, int least,
+                               const std::function<double(int first, int end, int run)>& run_cost) {
   const double inf = std::numeric_limits<double>::infinity();
-  // best[c][k]: the smallest largest run putting the first k layers into runs 0..c.
-  std::vector<std::vector<double>> best(n, std::vector<double>(L + 1, inf));
-  std::vector<std::vector<int>> cut(n, std::vector<int>(L + 1, 0));
-  for (int k = 1; k <= L; k++) best[0][k] = prefix[k];
-  for (int c = 1; c < n; c++)
-    for (int k = c + 1; k <= L; k++)
-      for (int j = c; j < k; j++) {
-        const double v = std::max(best[c - 1][j], prefix[k] - prefix[j]);
+  // best[c][k]: the smallest largest run putting the first k items into runs 0..c.
+  std::vector<std::vector<double>> best(runs, std::vector<double>(items + 1, inf));
+  std::vector<std::vector<int>> cut(runs, std::vector<int>(items + 1, 0));
+  for (int k = least; k <= items; k++) best[0][k] = run_cost(0, k, 0);
+  for (int c = 1; c < runs; c++)
+    for (int k = 0; k <= items; k++)
+      for (int j = 0; j <= k - least; j++) {
+        const double v = std::max(best[c - 1][j], run_cost(j, k, c));
         if (v < best[c][k]) {
           best[c][k] = v;
           cut[c][k] = j;
         }
       }
-  std::vector<int> counts(n);
-  for (int c = n - 1, k = L; c >= 0; c--) {
+  std::vector<int> lengths(runs);
+  for (int c = runs - 1, k = items; c >= 0; c--) {
     const int j = c > 0 ? cut[c][k] : 0;
-    counts[c] = k - j;
+    lengths[c] = k - j;
     k = j;
   }
-  return counts;
+  return lengths;
+}
+
+namespace {
+
+// The cut of `layers` into n consecutive runs of at least one layer that minimises the largest
+// run's F + B + W; counts in model order.
+std::vector<int> balanced_layer_counts(const std::vector<LayerSpec>& layers, int n) {
+  std::vector<double> prefix(layers.size() + 1, 0);
+  for (size_t k = 0; k < layers.size(); k++)
+    prefix[k + 1] = prefix[k] + layers[k].t_f_us + layers[k].t_b_us + layers[k].t_w_us;
+  return min_max_split(static_cast<int>(layers.size()), n, 1,
+                       [&](int first, int end, int) { return prefix[end] - prefix[first]; });
 }
 
 }  // namespace
