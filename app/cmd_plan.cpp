@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <set>
 #include <string>
 
 #include "commands.h"
@@ -211,23 +210,24 @@ int run_layout_search(const PlanArgs& a, CLI::App* c) {
   if (a.global_batch < 1) return usage_error("--search needs --global-batch SEQUENCES");
   // The search chooses the degrees, microbatches and schedules itself, and writes no schedule:
   // an option it would ignore is refused, not dropped.
-  static const std::set<std::string> kTaken = {"--model",
-                                               "--cluster",
-                                               "--budget",
-                                               "--global-batch",
-                                               "--search",
-                                               "--time-limit",
-                                               "--seed",
-                                               "--quiet",
-                                               "--json",
-                                               "--gpus-per-host-link",
-                                               "--no-flash-attention"};
+  static const std::vector<std::string> kTaken = {"--model",
+                                                  "--cluster",
+                                                  "--budget",
+                                                  "--global-batch",
+                                                  "--search",
+                                                  "--time-limit",
+                                                  "--seed",
+                                                  "--quiet",
+                                                  "--json",
+                                                  "--gpus-per-host-link",
+                                                  "--no-flash-attention"};
   for (const CLI::Option* opt : c->get_options())
-    if (opt->count() > 0 && !kTaken.count(opt->get_name()))
+    if (opt->count() > 0 && std::find(kTaken.begin(), kTaken.end(), opt->get_name()) == kTaken.end()) {
+      std::string taken;
+      for (const std::string& name : kTaken) taken += (taken.empty() ? "" : ", ") + name;
       return usage_error(opt->get_name() +
-                         ": --search chooses the layout, microbatches and schedule itself and "
-                         "takes only --model, --cluster, --budget, --global-batch, --time-limit, "
-                         "--seed, --quiet, --json, --gpus-per-host-link, --no-flash-attention");
+                         ": --search chooses the layout, microbatches and schedule itself and takes only " + taken);
+    }
   Result<PlanInputs> in = plan_inputs(a);
   if (!in.ok()) return fail(in.status);
   const OptimizeOptions options = a.optimizer.parsed();

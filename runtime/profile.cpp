@@ -38,13 +38,13 @@ double measure_hop_us(const Group& g, int64_t numel, int repetitions) {
 // into (pinned, for a GPU).
 double measure_copy_us(int64_t bytes, int repetitions, const at::Device& device) {
   at::Tensor src = at::ones({std::max<int64_t>(1, bytes / 4)}, at::TensorOptions().device(device));
-  at::Tensor dst = host_buffer(src, device);
+  at::Tensor dst = device.is_cpu() ? at::Tensor() : host_buffer(src, device);  // the CPU copies into fresh memory
   std::vector<double> t;
   for (int k = 0; k < repetitions + 1; k++) {
     synchronize(device);
     const double start = monotonic_us();
     if (device.is_cpu()) {
-      dst = src.to(at::kCPU, false, true);  // into fresh memory, as the CPU engine's offloads do
+      dst = src.to(at::kCPU, false, true);  // as the CPU engine's offloads do
     } else {
       dst.copy_(src);
       synchronize(device);

@@ -336,12 +336,12 @@ Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_de
         std::string("cannot re-cut for placement ") + placement_name(placement) + " with " +
         std::to_string(chunks_per_device) + " chunk(s) per device (linear: 1, vshape: 2, interleaved: 1 to 64)"));
   if (Status st = check_no_recompute_layers(p); !st.ok()) return Result<Problem>::Error(st);
+  if (placement == p.placement && chunks_per_device == p.chunks_per_device) return Result<Problem>::Of(p);
   Problem q = p;
   q.placement = placement;
   q.chunks_per_device = chunks_per_device;
   q.stages.clear();
   const int from = p.num_stages(), to = q.num_stages();
-  if (placement == p.placement && chunks_per_device == p.chunks_per_device) return Result<Problem>::Of(p);
   if (layers_match(p)) {
     if (to > static_cast<int>(p.layers.size()))
       return Result<Problem>::Error(Status::Invalid("cannot cut " + std::to_string(p.layers.size()) + " layers into " +
