@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "fixtures.h"
 #include "optpipe/any_timing.h"
 #include "optpipe/families.h"
+#include "optpipe/files.h"
+#include "optpipe/json_io.h"
 #include "optpipe/noise.h"
 #include "optpipe/optimize.h"
 #include "optpipe/passes.h"
@@ -179,6 +182,29 @@ TEST(Property, NoTimingPassesTheWorstCaseAndGatingBoundsIt) {
   EXPECT_GT(schedules, 250);
   EXPECT_GT(unsafe, 20);         // the offload pass alone often counts on timing
   EXPECT_EQ(made_safe, unsafe);  // and gating always mends that
+}
+
+// The schedule behind issue 24's wrong "infeasible": reloads anchored at, and waiting for, WAITs
+// that gate 3 moves up. Those reloads once moved up with them, the nominal peak rose past the
+// budget, and the optimizer reported a fitting answer as infeasible.
+TEST(AnyTiming, GatingKeepsReloadsAnchoredAtAWaitItMovesUp) {
+  Result<std::string> text = read_text_file(std::string(OPTPIPE_TEST_DATA) + "/gate_moved_wait.json");
+  ASSERT_TRUE(text.ok()) << text.status.message;
+  const nlohmann::json j = nlohmann::json::parse(text.value);
+  Result<Problem> p = problem_from_json(j["problem"].dump());
+  Result<Schedule> s = schedule_from_json(j["schedule"].dump());
+  ASSERT_TRUE(p.ok() && s.ok());
+  SimResult nominal = simulate(p.value, s.value);
+  ASSERT_TRUE(nominal.ok() && fits_budget(p.value, nominal.timeline));
+  ASSERT_FALSE(fits_any_timing(p.value, nominal.timeline));
+  Gated g = gate_for_any_timing(p.value, s.value, nominal.timeline);
+  SimResult gated = simulate(p.value, g.schedule);
+  ASSERT_TRUE(gated.ok()) << gated.status.message;
+  EXPECT_GT(g.waits_added, 0);
+  EXPECT_TRUE(fits_any_timing(p.value, gated.timeline));
+  for (int d = 0; d < p.value.num_devices; d++)
+    EXPECT_EQ(gated.timeline.devices[d].peak_bytes, nominal.timeline.devices[d].peak_bytes) << "device " << d;
+  EXPECT_EQ(gated.timeline.makespan_us, nominal.timeline.makespan_us);
 }
 
 // The optimizer's answers under budgets that need offloads or recomputes: each fits under any

@@ -122,12 +122,39 @@ class DeviceGater {
       for (; next < waits.size() && waits[next].first == k; next++) compute.push_back(waits[next].second);
       const Op& op = ds_.compute[k];
       if (op.kind == OpKind::kWait &&
-          std::any_of(waits.begin(), waits.begin() + next, [&](const auto& w) { return w.second == op; }))
+          std::any_of(waits.begin(), waits.begin() + next, [&](const auto& w) { return w.second == op; })) {
+        keep_reloads_at_moved_wait(k);
         continue;
+      }
       compute.push_back(op);
     }
     ds_.compute = std::move(compute);
     out->waits_added += static_cast<int>(waits.size());
+  }
+
+  // Reloads name ops, not positions: one anchored at (or `after`) the WAIT at compute position k,
+  // which is about to move up, would move up with it and start sooner than it did nominally. A
+  // WAIT starts when the op before it has ended and its offload has ended, so the reload waits
+  // for exactly those two instead.
+  void keep_reloads_at_moved_wait(int k) {
+    const Op wait = ds_.compute[k];
+    // The compute op before it, and the offloads of the WAITs in between (which may move too).
+    std::vector<Op> waited_for{Op{OpKind::kOffload, wait.stage, wait.microbatch}};
+    int prev = k - 1;
+    for (; prev >= 0 && ds_.compute[prev].kind == OpKind::kWait; prev--)
+      waited_for.push_back(Op{OpKind::kOffload, ds_.compute[prev].stage, ds_.compute[prev].microbatch});
+    OPTPIPE_CHECK(prev >= 0, "a WAIT follows the forward whose offload it waits for");
+    const Op before = ds_.compute[prev];
+    waited_for.push_back(before);
+    for (ReloadEntry& r : ds_.reloads) {
+      const bool anchored = r.anchor == wait;
+      const auto was_after = std::find(r.after.begin(), r.after.end(), wait);
+      if (!anchored && was_after == r.after.end()) continue;
+      if (was_after != r.after.end()) r.after.erase(was_after);
+      if (anchored) r.anchor = before;
+      for (const Op& op : waited_for)
+        if (std::find(r.after.begin(), r.after.end(), op) == r.after.end()) r.after.push_back(op);
+    }
   }
 
   int backward_pos(const Op& reload) const {
