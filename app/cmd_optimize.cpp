@@ -49,11 +49,7 @@ void print_optimized(const Problem& input, const OptimizeOptions& options, const
                 100 * r.gap, outcome_name(r.outcome));
     std::printf("%s\n", timing_line(options, r).c_str());
   } else {
-    std::printf("nothing found fits the budget; the best schedule found needs per device:");
-    for (int64_t b : r.needed_budget_bytes) std::printf(" %s", format_bytes(b).c_str());
-    std::printf("\n(no schedule can fit in less than:");
-    for (int64_t b : r.budget_lower_bound_bytes) std::printf(" %s", format_bytes(b).c_str());
-    std::printf(")\n");
+    std::printf("%s", infeasible_text(options, r).c_str());
   }
   if (st.exact_solves > 0)
     std::printf("exact models (CP on Gecode, MILP on CBC): %d solve(s), %lld nodes\n", st.exact_solves,

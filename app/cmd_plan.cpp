@@ -173,8 +173,7 @@ void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const Optimize
     std::printf("%s\n", timing_line(options, r).c_str());
     if (!a.out_path.empty()) std::printf("wrote %s\n", a.out_path.c_str());
   } else {
-    std::printf("nothing found fits the budget; the best schedule found needs %s on its fullest device\n",
-                format_bytes(*std::max_element(r.needed_budget_bytes.begin(), r.needed_budget_bytes.end())).c_str());
+    std::printf("%s", infeasible_text(options, r).c_str());
   }
   if (!a.report_path.empty()) std::printf("wrote %s\n", a.report_path.c_str());
 }
@@ -341,6 +340,9 @@ int run_plan(const PlanArgs& a, CLI::App* c) {
                       {"best_family", baseline_json(baseline_of(best, options.objective))},
                       {"best_published_family", baseline_json(baseline_of(best_published, options.objective))},
                       {"needed_budget_bytes", r.needed_budget_bytes},
+                      {"budget_lower_bound_bytes", r.budget_lower_bound_bytes},
+                      {"frugal_budget_bytes", r.frugal_budget_bytes},
+                      {"frugal_schedule", r.frugal_label},
                       {"search",
                        {{"wall_s", r.stats.wall_s},
                         {"evaluations", r.stats.evaluations},

@@ -85,5 +85,8 @@ std::vector<ReportChart> report_charts(const OptimizeResult& r, const std::vecto
 
 // Which memory rule the answer was held to, and what holding it cost.
 std::string timing_line(const OptimizeOptions& options, const OptimizeResult& r);
+// Why an optimizer run found nothing that fits: what the best schedule found, the frugal schedule
+// and any schedule need per device, and what would help.
+std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult& r);
 
 }  // namespace optpipe

@@ -181,4 +181,37 @@ std::string timing_line(const OptimizeOptions& options, const OptimizeResult& r)
   return line;
 }
 
+namespace {
+
+std::string bytes_per_device(const std::vector<int64_t>& bytes) {
+  std::string out;
+  for (int64_t b : bytes) out += " " + format_bytes(b);
+  return out;
+}
+
+}  // namespace
+
+std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult& r) {
+  std::string text = "nothing found fits the budget; per device:\n";
+  text += "  the best schedule found needs        " + bytes_per_device(r.needed_budget_bytes) + "\n";
+  if (!r.frugal_budget_bytes.empty())
+    text += "  the frugal schedule needs            " + bytes_per_device(r.frugal_budget_bytes) + "  (" +
+            r.frugal_label + ": one microbatch in flight; at or above this optpipe always answers)\n";
+  text += "  no schedule can fit in less than     " + bytes_per_device(r.budget_lower_bound_bytes) +
+          "  (proven, over the placements searched)\n";
+  std::vector<std::string> helps;
+  if (!r.frugal_budget_bytes.empty())
+    helps.push_back("a budget of " + format_bytes(*std::max_element(r.frugal_budget_bytes.begin(),
+                                                                     r.frugal_budget_bytes.end())) +
+                    " per device");
+  if (!options.rules.offload) helps.push_back("offloading allowed (without --no-offload)");
+  if (!options.rules.recompute) helps.push_back("recompute allowed (without --no-recompute)");
+  if (!options.rules.placements.empty() || options.rules.chunks_per_device > 0)
+    helps.push_back("another placement (without --placement/--chunks)");
+  helps.push_back("more pipeline stages or chunks per device (smaller activations each)");
+  text += "what would help: ";
+  for (size_t k = 0; k < helps.size(); k++) text += (k ? "; " : "") + helps[k];
+  return text + "\n";
+}
+
 }  // namespace optpipe

@@ -79,7 +79,8 @@ TEST(Optimize, MemoryLimitedBeatsEveryFittingFamily) {
 
 TEST(Optimize, InfeasibleBudgetSaysWhatIsNeeded) {
   const Problem base = default_problem();
-  Problem p = with_budget(base, 41ll << 30);  // below static (40 GiB) + one forward's 2 GiB
+  // Below static (40 GiB) + one forward's 2 GiB, and below a V-shape chunk's 1 GiB.
+  Problem p = with_budget(base, 81ll << 29);
   OptimizeResult r = optimize(p, quick(5000));
   EXPECT_TRUE(is_checked(r));
   EXPECT_EQ(r.outcome, Outcome::kInfeasible);
@@ -90,8 +91,15 @@ TEST(Optimize, InfeasibleBudgetSaysWhatIsNeeded) {
     EXPECT_GE(r.budget_lower_bound_bytes[d], 40ll << 30);
     over += r.needed_budget_bytes[d] > p.devices[d].mem_budget_bytes;  // some devices may fit
     EXPECT_GE(r.needed_budget_bytes[d], r.budget_lower_bound_bytes[d]);
+    EXPECT_GE(r.frugal_budget_bytes[d], r.budget_lower_bound_bytes[d]);
   }
   EXPECT_GT(over, 0);
+  // At the frugal schedule's need the optimizer answers.
+  const int64_t frugal = *std::max_element(r.frugal_budget_bytes.begin(), r.frugal_budget_bytes.end());
+  EXPECT_GT(frugal, p.devices[0].mem_budget_bytes);
+  OptimizeResult at = optimize(with_budget(base, frugal), quick(5000));
+  EXPECT_TRUE(is_checked(at));
+  EXPECT_NE(at.outcome, Outcome::kInfeasible);
 }
 
 TEST(Optimize, SameSeedSameAnswer) {

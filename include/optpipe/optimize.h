@@ -129,9 +129,14 @@ struct [[nodiscard]] OptimizeResult {
                               // (makespan_lower_bound, or with `exact` the CP or MILP proof)
   double gap = 0;             // (objective − bound) / objective
   // Per device: the budget the returned schedule needs (its peak; under any timing, its worst
-  // case) and a proven lower bound on what any schedule needs. Filled in every outcome.
+  // case), a proven lower bound on what any schedule of the placements searched needs, and what
+  // the frugal schedule needs under any timing (one microbatch in flight, every chunk but a
+  // device's last offloaded, recomputed or kept: the leanest the rules allow). At or above the
+  // frugal figure on every device the outcome is never kInfeasible. Filled in every outcome.
   std::vector<int64_t> needed_budget_bytes;
   std::vector<int64_t> budget_lower_bound_bytes;
+  std::vector<int64_t> frugal_budget_bytes;
+  std::string frugal_label;  // "frugal vshape v2 offloaded"
   OptimizeStats stats;
 };
 

@@ -142,6 +142,8 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
   j["idle_reduction_vs_best_published_family"] = idle_reduction(st.best_published_family);
   j["needed_budget_bytes"] = r.needed_budget_bytes;
   j["budget_lower_bound_bytes"] = r.budget_lower_bound_bytes;
+  j["frugal_budget_bytes"] = r.frugal_budget_bytes;
+  j["frugal_schedule"] = r.frugal_label;
   j["timing"] = options.any_timing ? "any" : "exact";
   j["rules"] = rules_json(options.rules);
   j["robust"] = options.robust_sigma > 0 ? json{{"sigma", options.robust_sigma}, {"samples", options.robust_samples}}

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "optimize/exact_driver.h"
+#include "optimize/frugal.h"
 #include "optimize/race.h"
 #include "optimize/search.h"
 #include "optimize/starts.h"
@@ -104,7 +105,6 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, doubl
     out.needed_budget_bytes.push_back(options.any_timing ? f.worst_peak_bytes : f.peak_bytes);
   const bool fits =
       options.any_timing ? fits_any_timing(out.problem, out.timeline) : fits_budget(out.problem, out.timeline);
-  out.budget_lower_bound_bytes = budget_lower_bound(out.problem);
   out.lower_bound_us = bound_us;
   const double value = objective_us(out.timeline, options.objective);
   out.gap = value > 0 ? std::max(0.0, (value - bound_us) / value) : 0;
@@ -147,6 +147,20 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   if (out.status.ok()) out.status = check_static_memory(p);
   if (!out.status.ok()) return out;
 
+  // The frugal schedules first: what the leanest of them needs is the budget above which the
+  // answer always fits (it is a start, and nothing after it loses a fitting schedule).
+  const std::vector<Frugal> frugal = frugal_schedules(p, options.rules);
+  if (const Frugal* lean = leanest(frugal, p)) {
+    out.frugal_label = lean->name;
+    out.frugal_budget_bytes = lean->need_bytes;
+  }
+  out.budget_lower_bound_bytes = budget_lower_bound(p);
+  for (const Frugal& f : frugal) {  // over every placement searched
+    const std::vector<int64_t> b = budget_lower_bound(f.built.problem);
+    for (int d = 0; d < p.num_devices; d++)
+      out.budget_lower_bound_bytes[d] = std::min(out.budget_lower_bound_bytes[d], b[d]);
+  }
+
   // Every family that applies, then greedy schedules, each scored; then repairs of those that
   // overflow; the best first. Every family is built and checked whatever the time limit (that is
   // cheap, and the answer must never be slower than a family that fits) — unless the families
@@ -166,7 +180,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
       baseline_of(fastest_fitting(runs, options.objective, /*as_published_only=*/true), options.objective);
   bool out_of_time = false;
   std::vector<Start> starts =
-      make_starts(p, runs, options.rules, options.objective, after(0.25), after(0.5), &out_of_time);
+      make_starts(p, frugal, runs, options.rules, options.objective, after(0.25), after(0.5), &out_of_time);
   if (starts.empty()) {  // every placement's re-cut of this problem breaks its limits
     std::string why;
     for (const FamilyRun& run : runs)
@@ -212,11 +226,27 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   Tidied tidied = drop_needless(out.problem, raced.best.best,
                                 std::clamp<int64_t>(static_cast<int64_t>(4e7 / std::max<size_t>(ops, 1)), 100, 5000),
                                 after(1), placements.noise_for(out.problem), options.rules, options.objective);
-  out.schedule = std::move(tidied.schedule);
+  out.schedule = tidied.schedule;
   out.stats.recomputes_dropped = tidied.recomputes_dropped;
   out.stats.offloads_dropped = tidied.offloads_dropped;
   if (options.exact) run_exact(options, t0, &placements.problems, &placements.bounds, &out);
   finish(options, after(1.1), placements.bound(), out);
+  // Every step after the search keeps a fitting answer fitting, or is undone: the tidied schedule
+  // without the exact models' change, then the search's own winner.
+  const bool search_fits = raced.best.best_score.overflow_bytes == 0;
+  for (const Schedule* undo : {&tidied.schedule, &raced.best.best}) {
+    if (!search_fits || out.outcome != Outcome::kInfeasible) break;
+    out.schedule = *undo;
+    if (undo == &raced.best.best) out.stats.recomputes_dropped = out.stats.offloads_dropped = 0;
+    finish(options, after(1.1), placements.bound(), out);
+  }
+  // The invariant: a fitting candidate means a fitting answer, no slower than that candidate.
+  OPTPIPE_CHECK(!search_fits || out.outcome != Outcome::kInfeasible,
+                "the search found a schedule that fits, yet the answer does not");
+  OPTPIPE_CHECK(!search_fits || options.robust_sigma > 0 ||
+                    objective_us(out.timeline, options.objective) <=
+                        raced.best.best_score.objective_us * (1 + 1e-9) + 1e-6,
+                "the answer is slower than the best fitting schedule the search found");
   out.stats.wall_s = seconds_since(t0);
   if (options.progress)
     options.progress({out.stats.wall_s, out.stats.evaluations,

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "optimize/frugal.h"
 #include "optimize/search.h"
 #include "optpipe/families.h"
 #include "optpipe/problem.h"
@@ -19,12 +20,13 @@ struct Start {
   Score score;
 };
 
-// The families' runs that apply and keep to the rules (their built schedules are moved out; see
-// rule_out), then greedy schedules until
+// The frugal schedules, the families' runs that apply and keep to the rules (their built
+// schedules are moved out; see rule_out), then greedy schedules until
 // `greedy_deadline`, then repairs of those that overflow until `deadline`; the best of each kind
 // (placement; split or fused backwards) first, then the rest by score. Empty when nothing
 // applies. `out_of_time` is set when a deadline cut the list short.
-std::vector<Start> make_starts(const Problem& p, std::vector<FamilyRun>& runs, const ScheduleRules& rules,
+std::vector<Start> make_starts(const Problem& p, const std::vector<Frugal>& frugal, std::vector<FamilyRun>& runs,
+                               const ScheduleRules& rules,
                                Objective objective, std::chrono::steady_clock::time_point greedy_deadline,
                                std::chrono::steady_clock::time_point deadline, bool* out_of_time);
 

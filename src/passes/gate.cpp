@@ -28,7 +28,7 @@ class DeviceGater {
       : p_(p), d_(device), t_(nominal), at_(at), s_(*s), ds_(s->devices[device]) {}
 
   void run(Gated* out) {
-    gate_reloads(out);
+    gate_reloads();
     gate_allocations(out);
   }
 
@@ -45,7 +45,7 @@ class DeviceGater {
   }
 
   // Gates 1 and 2.
-  void gate_reloads(Gated* out) {
+  void gate_reloads() {
     const DeviceOrders before = orders();
     const int num_events = before.num_compute_events();
     int e = 0;         // compute events nominally before the current reload (all at equal times)
@@ -64,7 +64,6 @@ class DeviceGater {
         else
           r.after.push_back(op);
         added_compute = follows + 1;
-        out->reload_gates_added++;
       }
     }
     // Offloads forced by reaching a compute prefix: swept once, as the prefixes only grow.
@@ -79,7 +78,6 @@ class DeviceGater {
       if (forced < offloads) {
         r.after.push_back(ds_.offloads[offloads - 1]);
         added_offloads = offloads;
-        out->reload_gates_added++;
       }
     }
   }
@@ -187,7 +185,7 @@ int64_t device_worst_peak(const Problem& p, const Schedule& s, int d, const Orde
 // max(budget, nominal peak) without it, until the deadline. Compute positions do not change, so
 // one set of lookups serves every trial.
 void prune_reload_gates(const Problem& p, int d, const DeviceSchedule& before, int64_t allowed,
-                        std::chrono::steady_clock::time_point deadline, Schedule* s, Gated* out) {
+                        std::chrono::steady_clock::time_point deadline, Schedule* s) {
   const OrderLookups at(p, *s);
   std::vector<ReloadEntry>& reloads = s->devices[d].reloads;
   for (size_t j = reloads.size(); j-- > 0 && std::chrono::steady_clock::now() < deadline;) {
@@ -195,12 +193,20 @@ void prune_reload_gates(const Problem& p, int d, const DeviceSchedule& before, i
     if (reloads[j].anchor == old.anchor && reloads[j].after == old.after) continue;
     const ReloadEntry gated = reloads[j];
     reloads[j] = old;
-    if (device_worst_peak(p, *s, d, at) <= allowed) {
-      out->reload_gates_added -= (gated.anchor != old.anchor) + static_cast<int>(gated.after.size() - old.after.size());
-    } else {
-      reloads[j] = gated;
-    }
+    if (device_worst_peak(p, *s, d, at) > allowed) reloads[j] = gated;
   }
+}
+
+// The reload gates device d has that `before` did not: moved anchors and new `after` ops.
+int reload_gates(const DeviceSchedule& now, const DeviceSchedule& before) {
+  int gates = 0;
+  for (size_t j = 0; j < now.reloads.size(); j++) {
+    gates += now.reloads[j].anchor != before.reloads[j].anchor;
+    for (const Op& op : now.reloads[j].after)
+      gates += std::find(before.reloads[j].after.begin(), before.reloads[j].after.end(), op) ==
+               before.reloads[j].after.end();
+  }
+  return gates;
 }
 
 }  // namespace
@@ -217,7 +223,8 @@ Gated gate_for_any_timing(const Problem& p, const Schedule& s, const Timeline& n
     if (worst.value[d].peak_bytes <= p.devices[d].mem_budget_bytes) continue;
     DeviceGater(p, d, nominal, at, &out.schedule).run(&out);
     prune_reload_gates(p, d, s.devices[d], std::max(p.devices[d].mem_budget_bytes, nominal.devices[d].peak_bytes),
-                       prune_until, &out.schedule, &out);
+                       prune_until, &out.schedule);
+    out.reload_gates_added += reload_gates(out.schedule.devices[d], s.devices[d]);
   }
   return out;
 }
