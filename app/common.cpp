@@ -201,8 +201,8 @@ std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult
           "  (proven, over the placements searched)\n";
   std::vector<std::string> helps;
   if (!r.frugal_budget_bytes.empty())
-    helps.push_back("a budget of " + format_bytes(*std::max_element(r.frugal_budget_bytes.begin(),
-                                                                     r.frugal_budget_bytes.end())) +
+    helps.push_back("a budget of " +
+                    format_bytes(*std::max_element(r.frugal_budget_bytes.begin(), r.frugal_budget_bytes.end())) +
                     " per device");
   if (!options.rules.offload) helps.push_back("offloading allowed (without --no-offload)");
   if (!options.rules.recompute) helps.push_back("recompute allowed (without --no-recompute)");

@@ -152,9 +152,9 @@ TEST(Property, AFrugalFitMeansAFittingAnswer) {
   for (int trial = 0; trial < 24; trial++) {
     Problem base = random_problem(rng);
     if (trial % 4 == 1)
-      for (StageSpec& st : base.stages) st.t_b_us = st.t_w_us = st.t_f_us;  // uniform
+      for (StageSpec& st : base.stages) st.t_b_us = st.t_w_us = st.t_f_us;                   // uniform
     base.host_link.d2h_gb_per_s = base.host_link.h2d_gb_per_s = trial % 3 == 0 ? 0.05 : 20;  // slow or fast
-    const Placement placement = trial % 3 == 0 ? Placement::kLinear
+    const Placement placement = trial % 3 == 0   ? Placement::kLinear
                                 : trial % 3 == 1 ? Placement::kInterleaved
                                                  : Placement::kVShape;
     Result<Problem> placed = rechunk(base, placement, placement == Placement::kLinear ? 1 : 2);
@@ -166,7 +166,8 @@ TEST(Property, AFrugalFitMeansAFittingAnswer) {
       Problem q = p;
       for (int d = 0; d < q.num_devices; d++) {
         const int64_t top = q.devices[d].static_bytes + acts[d];
-        q.devices[d].mem_budget_bytes = minimum[d] + static_cast<int64_t>(share * std::max<int64_t>(0, top - minimum[d]));
+        q.devices[d].mem_budget_bytes =
+            minimum[d] + static_cast<int64_t>(share * std::max<int64_t>(0, top - minimum[d]));
       }
       const uint64_t seed = static_cast<uint64_t>(trial);
       const int threads = 1 + trial % 2;
@@ -176,7 +177,8 @@ TEST(Property, AFrugalFitMeansAFittingAnswer) {
       Validation v = validate(r.problem, r.schedule, {.check_memory_budget = r.outcome != Outcome::kInfeasible});
       ASSERT_TRUE(v.ok()) << what << ": " << v.summary();
       ASSERT_EQ(r.frugal_budget_bytes.size(), static_cast<size_t>(q.num_devices));
-      for (int d = 0; d < q.num_devices; d++) EXPECT_LE(r.budget_lower_bound_bytes[d], r.frugal_budget_bytes[d]) << what;
+      for (int d = 0; d < q.num_devices; d++)
+        EXPECT_LE(r.budget_lower_bound_bytes[d], r.frugal_budget_bytes[d]) << what;
       if (fits(r.frugal_budget_bytes, q)) {
         frugal_fits++;
         ASSERT_NE(r.outcome, Outcome::kInfeasible) << what;

@@ -151,8 +151,8 @@ void order_by_kind(std::vector<Start>& starts) {
 }  // namespace
 
 std::vector<Start> make_starts(const Problem& p, const std::vector<Frugal>& frugal, std::vector<FamilyRun>& runs,
-                               const ScheduleRules& rules, Objective objective, Clock::time_point greedy_deadline, Clock::time_point deadline,
-                               bool* out_of_time) {
+                               const ScheduleRules& rules, Objective objective, Clock::time_point greedy_deadline,
+                               Clock::time_point deadline, bool* out_of_time) {
   const Scoring scoring{objective, nullptr};
   std::vector<Start> starts;
   for (const Frugal& f : frugal) add_start(f.name, f.built, rules, scoring, deadline, &starts);

@@ -26,8 +26,8 @@ struct Start {
 // (placement; split or fused backwards) first, then the rest by score. Empty when nothing
 // applies. `out_of_time` is set when a deadline cut the list short.
 std::vector<Start> make_starts(const Problem& p, const std::vector<Frugal>& frugal, std::vector<FamilyRun>& runs,
-                               const ScheduleRules& rules,
-                               Objective objective, std::chrono::steady_clock::time_point greedy_deadline,
+                               const ScheduleRules& rules, Objective objective,
+                               std::chrono::steady_clock::time_point greedy_deadline,
                                std::chrono::steady_clock::time_point deadline, bool* out_of_time);
 
 // Schedules of more ops than this are repaired every overflow per simulation, not one peak.
