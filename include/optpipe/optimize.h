@@ -137,6 +137,7 @@ struct [[nodiscard]] OptimizeResult {
   std::vector<int64_t> budget_lower_bound_bytes;
   std::vector<int64_t> frugal_budget_bytes;
   std::string frugal_label;  // "frugal vshape v2 offloaded"
+  double frugal_makespan_us = 0;
   OptimizeStats stats;
 };
 

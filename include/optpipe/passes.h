@@ -56,6 +56,13 @@ Schedule repair_memory(const Problem& p, const Schedule& start, int max_rounds, 
 // when `s` then fits every budget, and then it is gated to fit under any timing (as above).
 bool settle_transfers(const Problem& p, int max_rounds, Schedule* s);
 
+// For budgets that bind hard: offloads every activation with an op between its forward and its
+// backward (reloaded reload_lead_ops compute ops ahead), runs the schedule under the runtime's
+// rule (an allocation waits until frees make room: SimOptions::gate_memory), and gates it so that
+// every timing is bounded by that run. Infeasible when that run gets stuck or its gates fail to
+// bound it; otherwise the schedule fits under any timing.
+Result<Schedule> hold_to_budget(const Problem& p, const Schedule& base, int reload_lead_ops = 2);
+
 // Takes out the recomputes, then the offloads, that the schedule does not need: each, the last
 // first, if without it the schedule overflows no more and ends no later (by `objective`). The search's plateau
 // walk leaves such ones behind; they cost compute and link time that the simulator's makespan

@@ -78,7 +78,8 @@ std::vector<Frugal> frugal_schedules(const Problem& p, const ScheduleRules& rule
       OPTPIPE_CHECK(v_check.ok(), "a frugal schedule must be valid: " + v_check.summary());
       Frugal f{std::string("frugal ") + placement_name(placement) + " v" + std::to_string(v) + " " + keep_name(keep),
                {q.value, std::move(s)},
-               {}};
+               {},
+               v_check.sim.timeline.makespan_us};
       for (const DeviceFigures& d : v_check.sim.timeline.devices) f.need_bytes.push_back(d.worst_peak_bytes);
       out.push_back(std::move(f));
     }

@@ -23,6 +23,7 @@ struct Frugal {
   std::string name;  // "frugal vshape v2 offloaded"
   FamilySchedule built;
   std::vector<int64_t> need_bytes;  // per device: its peak under any timing
+  double makespan_us = 0;
 };
 
 // Every variant the rules allow (kept, offloaded, recomputed) on every placement the optimizer

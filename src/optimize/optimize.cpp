@@ -153,6 +153,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   if (const Frugal* lean = leanest(frugal, p)) {
     out.frugal_label = lean->name;
     out.frugal_budget_bytes = lean->need_bytes;
+    out.frugal_makespan_us = lean->makespan_us;
   }
   out.budget_lower_bound_bytes = budget_lower_bound(p);
   for (const Frugal& f : frugal) {  // over every placement searched

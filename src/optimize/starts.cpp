@@ -115,6 +115,16 @@ void add_repaired_starts(const ScheduleRules& rules, const Scoring& scoring, Clo
           settled.score < to_repair[0].score)
         (fits ? *starts : to_repair).push_back(std::move(settled));
     }
+    // Every activation to the host, held by the runtime's rule where the budget binds.
+    if (rules.offload && to_repair[0].built.schedule.num_ops() <= kLargeScheduleOps)
+      for (int lead : {1, 3}) {
+        Result<Schedule> held = hold_to_budget(to_repair[0].built.problem, to_repair[0].built.schedule, lead);
+        Start start{to_repair[0].name + " +hold" + (lead == 1 ? "" : "(lead 3)"), {to_repair[0].built.problem, {}}, {}};
+        if (!held.ok()) continue;
+        start.built.schedule = std::move(held.value);
+        if (score_schedule(start.built.problem, start.built.schedule, &start.score, scoring))
+          starts->push_back(std::move(start));
+      }
     for (const Start& st : to_repair) {
       const int max_rounds = 4 * st.built.problem.num_microbatches;  // simulations
       // Fixing one peak per simulation needs too many simulations of a large schedule to finish
