@@ -48,6 +48,7 @@ void print_optimized(const Problem& input, const OptimizeOptions& options, const
     std::printf("lower bound %s%s, gap %.1f%%: %s\n", format_us(r.lower_bound_us).c_str(), span ? " (span)" : "",
                 100 * r.gap, outcome_name(r.outcome));
     std::printf("%s\n", timing_line(options, r).c_str());
+    if (const std::string line = partition_line(r); !line.empty()) std::printf("%s\n", line.c_str());
   } else {
     std::printf("%s", infeasible_text(options, r).c_str());
   }
@@ -68,7 +69,8 @@ void print_optimized(const Problem& input, const OptimizeOptions& options, const
 int run_optimize(const OptimizeArgs& a) {
   Result<Problem> p = load_problem(a.problem_path);
   if (!p.ok()) return fail(p.status);
-  const OptimizeOptions options = a.optimizer.parsed();
+  OptimizeOptions options = a.optimizer.parsed();
+  if (Status st = a.optimizer.apply_partition(&p.value, &options); !st.ok()) return fail(st);
   OptimizeResult r = optimize(p.value, options);
   if (!r.status.ok()) return fail(r.status);
   const bool fits = r.outcome != Outcome::kInfeasible;

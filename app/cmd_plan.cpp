@@ -25,7 +25,6 @@ struct PlanArgs {
   std::string cluster = "8xa100-40gb";
   std::string budget;  // empty: 90% of HBM
   std::string profile_path;
-  std::string partition = "balanced";
   std::string report_path;
   std::string out_path = "optpipe_schedule.json";
   std::string problem_out_path;
@@ -62,7 +61,7 @@ Result<PlanInputs> plan_inputs(const PlanArgs& a) {
   PlanSpec& plan = in.plan;
   plan.num_microbatches = a.microbatches;
   plan.microbatch_size = a.microbatch_size;
-  plan.partition = a.partition == "uniform" ? Partition::kUniform : Partition::kBalanced;
+
   plan.tp = a.tp;
   plan.dp = a.dp;
   plan.sequence_parallel = !a.no_sequence_parallel;
@@ -171,6 +170,7 @@ void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const Optimize
                 placement_label(r.problem.placement, r.problem.chunks_per_device).c_str(), r.stats.start_family.c_str(),
                 vs.c_str());
     std::printf("%s\n", timing_line(options, r).c_str());
+    if (const std::string line = partition_line(r); !line.empty()) std::printf("%s\n", line.c_str());
     if (!a.out_path.empty()) std::printf("wrote %s\n", a.out_path.c_str());
   } else {
     std::printf("%s", infeasible_text(options, r).c_str());
@@ -302,8 +302,9 @@ int run_plan(const PlanArgs& a, CLI::App* c) {
   int seq_len = 0;
   Result<Problem> problem = plan_problem(a, &seq_len);
   if (!problem.ok()) return fail(problem.status);
+  OptimizeOptions options = a.optimizer.parsed();
+  if (Status st = a.optimizer.apply_partition(&problem.value, &options); !st.ok()) return fail(st);
   const Problem& p = problem.value;
-  const OptimizeOptions options = a.optimizer.parsed();
   const bool charts = !a.report_path.empty();
   OptimizeResult r;
   std::vector<FamilyRun> runs = families_then_optimize(p, {.op_times = charts, .memory_curve = charts}, options, &r);
@@ -364,7 +365,6 @@ Command add_plan_command(CLI::App& app) {
   c->add_option("--budget", a->budget, "memory per GPU, e.g. 60GiB (default: 90% of its HBM)");
   c->add_option("--microbatches", a->microbatches, "per iteration (default: 4 × GPUs)")->check(CLI::Range(1, 100000));
   c->add_option("--microbatch-size", a->microbatch_size, "sequences per microbatch")->check(CLI::Range(1, 4096));
-  c->add_option("--partition", a->partition, "layers over stages")->check(CLI::IsMember({"balanced", "uniform"}));
   c->add_option("--gpus-per-host-link", a->gpus_per_host_link, "GPUs sharing one host link")
       ->check(CLI::Range(1, 4096));
   c->add_option("--profile", a->profile_path, "measured profile JSON overriding the formulas");

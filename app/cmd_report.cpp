@@ -25,6 +25,7 @@ int run_report(const ReportArgs& a) {
     if (!find_family(name)) return fail(Status::Invalid("unknown family \"" + name + "\" (see: optpipe families)"));
   OptimizeOptions options = a.optimizer.parsed();
   options.progress = nullptr;
+  if (Status st = a.optimizer.apply_partition(&p.value, &options); !st.ok()) return fail(st);
   OptimizeResult r;
   std::vector<FamilyRun> runs = families_then_optimize(p.value, {.op_times = true, .memory_curve = true}, options, &r);
   if (!r.status.ok()) return fail(r.status);

@@ -54,12 +54,18 @@ struct OptimizerArgs {
   std::vector<std::string> placements;
   bool no_offload = false, no_recompute = false;
   bool quiet = false;
+  std::string partition = "free";     // free, balanced, even, even-accounted (uniform: even)
+  std::vector<int> layers_per_stage;  // transformer layers per stage, pinned
   void add_timing(CLI::App* c);
-  // --placement, --chunks, --no-offload, --no-recompute, --whole-stage-recompute.
+  // --placement, --chunks, --no-offload, --no-recompute, --whole-stage-recompute, --partition,
+  // --layers-per-stage.
   void add_rules(CLI::App* c);
   void add_to(CLI::App* c);
   // The options parsed, with progress on stderr unless --quiet.
   OptimizeOptions parsed() const;
+  // p re-cut as --partition or --layers-per-stage say (its placement too, for a count of D·v
+  // stages), the partition then fixed in `options`' rules; InvalidInput naming what is wrong.
+  Status apply_partition(Problem* p, OptimizeOptions* options) const;
 };
 
 // "vshape v2": a placement and its chunks per device, as the tables show them.
@@ -88,5 +94,8 @@ std::string timing_line(const OptimizeOptions& options, const OptimizeResult& r)
 // Why an optimizer run found nothing that fits: what the best schedule found, the frugal schedule
 // and any schedule need per device, and what would help.
 std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult& r);
+// "partition: layers per stage E+5 5 5 … 5+H (3 items moved by the optimizer)", or empty for a
+// problem without layers.
+std::string partition_line(const OptimizeResult& r);
 
 }  // namespace optpipe

@@ -49,6 +49,56 @@ void OptimizerArgs::add_rules(CLI::App* c) {
   c->add_flag("--no-recompute", no_recompute, "no recomputes");
   c->add_flag("--whole-stage-recompute", options.rules.whole_stage_recompute,
               "a stage recomputes every microbatch or none (activation checkpointing as Megatron and torch set it)");
+  c->add_option("--partition", partition,
+                "layers over stages: free (the optimizer moves them; the default), balanced, even (Megatron's "
+                "default), even-accounted (the embedding and head count as a layer: torchtitan's default)")
+      ->check(CLI::IsMember({"free", "balanced", "even", "even-accounted", "uniform"}));
+  c->add_option("--layers-per-stage", layers_per_stage,
+                "pin the partition: transformer layers per stage, in model order (e.g. 5,5,6,4; with --placement "
+                "when the count is not the number of devices)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 100000));
+}
+
+Status OptimizerArgs::apply_partition(Problem* p, OptimizeOptions* o) const {
+  if (partition == "free" && layers_per_stage.empty()) return Status::Ok();
+  if (!layers_match(*p))
+    return Status::Invalid(
+        "--partition and --layers-per-stage need a problem with its layers (plan's, or a problem JSON that plan "
+        "--problem-out wrote, its stages unedited)");
+  if (!layers_per_stage.empty()) {
+    if (partition != "free") return Status::Invalid("--layers-per-stage pins the partition: leave out --partition");
+    const int S = static_cast<int>(layers_per_stage.size()), D = p->num_devices;
+    if (S % D != 0)
+      return Status::Invalid("--layers-per-stage: " + std::to_string(S) + " counts for " + std::to_string(D) +
+                             " devices (give one per stage: D·v of them)");
+    Placement placement = Placement::kLinear;
+    if (o->rules.placements.size() == 1)
+      placement = o->rules.placements[0];
+    else if (S != D)
+      return Status::Invalid("--layers-per-stage: " + std::to_string(S) + " stages on " + std::to_string(D) +
+                             " devices: say which placement with one --placement");
+    Result<Problem> placed = rechunk(*p, placement, S / D);
+    if (!placed.ok()) return placed.status;
+    std::vector<int> items = layers_per_stage;
+    items.front() += placed.value.layers.front().kind == LayerKind::kEmbedding;
+    items.back() += placed.value.layers.back().kind == LayerKind::kHead;
+    Result<Problem> cut = with_partition(placed.value, items);
+    if (!cut.ok()) return cut.status;
+    *p = std::move(cut.value);
+    o->rules.placements = {placement};
+    o->rules.chunks_per_device = S / D;
+  } else {
+    OPTPIPE_CHECK(parse_partition_rule(partition == "uniform" ? "even" : partition, &p->partition),
+                  "CLI11 checked the name");
+    Result<std::vector<int>> counts = partition_counts(*p, p->partition);
+    if (!counts.ok()) return counts.status;
+    Result<Problem> cut = with_partition(*p, counts.value);
+    if (!cut.ok()) return cut.status;
+    *p = std::move(cut.value);
+  }
+  o->rules.fixed_partition = true;
+  return Status::Ok();
 }
 
 void OptimizerArgs::add_to(CLI::App* c) {
@@ -212,6 +262,22 @@ std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult
   text += "what would help: ";
   for (size_t k = 0; k < helps.size(); k++) text += (k ? "; " : "") + helps[k];
   return text + "\n";
+}
+
+std::string partition_line(const OptimizeResult& r) {
+  if (r.problem.layers.empty() || !layers_match(r.problem)) return "";
+  const std::vector<int> layers = transformer_layers_per_stage(r.problem);
+  std::string counts;
+  for (size_t s = 0; s < layers.size(); s++) {
+    counts += s ? " " : "";
+    if (s == 0 && r.problem.layers.front().kind == LayerKind::kEmbedding) counts += "E+";
+    counts += std::to_string(layers[s]);
+    if (s + 1 == layers.size() && r.problem.layers.back().kind == LayerKind::kHead) counts += "+H";
+  }
+  return "partition: transformer layers per stage " + counts +
+         (r.stats.partition_moves > 0
+              ? " (" + std::to_string(r.stats.partition_moves) + " layer(s) moved by the optimizer)"
+              : "");
 }
 
 }  // namespace optpipe

@@ -55,7 +55,8 @@ Result<GptConfig> gpt_config(const ModelSpec& m, int microbatch_size, int num_mi
 }
 
 std::vector<ChunkLayout> chunk_layouts(const GptConfig& cfg, int num_chunks) {
-  const std::vector<int> layers = partition_layers(cfg.model, num_chunks, Partition::kBalanced, cfg.microbatch_size);
+  const std::vector<int> layers =
+      partition_layers(cfg.model, num_chunks, PartitionRule::kBalanced, cfg.microbatch_size);
   std::vector<ChunkLayout> out(num_chunks);
   int first = 0;
   for (int c = 0; c < num_chunks; c++) {

@@ -42,18 +42,18 @@ TEST(CostModel, LlamaUsesGroupedKvAndSwiGlu) {
 TEST(CostModel, PartitionsCoverEveryLayer) {
   const ModelSpec& m = find_model("llama2-70b").value;
   for (int chunks : {1, 4, 16, 32}) {
-    for (Partition part : {Partition::kUniform, Partition::kBalanced}) {
+    for (PartitionRule part : {PartitionRule::kEven, PartitionRule::kBalanced}) {
       std::vector<int> n = partition_layers(m, chunks, part, 1);
       ASSERT_EQ(static_cast<int>(n.size()), chunks);
       EXPECT_EQ(std::accumulate(n.begin(), n.end(), 0), 80);
     }
   }
-  EXPECT_EQ(partition_layers(m, 16, Partition::kUniform, 1), std::vector<int>(16, 5));
+  EXPECT_EQ(partition_layers(m, 16, PartitionRule::kEven, 1), std::vector<int>(16, 5));
   // Balanced: a heavy LM head (a 400k vocabulary costs ~7.5 layers, more than any 4–5 layer
   // chunk) shares its chunk with as few layers as it can: one (a chunk has at least one layer).
   ModelSpec big_vocab = find_model("gpt-7b").value;
   big_vocab.vocab = 400000;
-  std::vector<int> b = partition_layers(big_vocab, 8, Partition::kBalanced, 1);
+  std::vector<int> b = partition_layers(big_vocab, 8, PartitionRule::kBalanced, 1);
   EXPECT_EQ(b.back(), 1);
   EXPECT_EQ(*std::min_element(b.begin(), b.end()), 1);
   EXPECT_EQ(std::accumulate(b.begin(), b.end(), 0), 32);
@@ -64,7 +64,7 @@ TEST(CostModel, ProblemFromModelAndCluster) {
   Result<ClusterSpec> c = find_cluster("8xh100");
   ASSERT_TRUE(c.ok()) << c.status.message;
   PlanSpec plan;
-  plan.partition = Partition::kUniform;
+  plan.partition = PartitionRule::kEven;
   plan.mem_budget_bytes = 60ll << 30;
   Result<Problem> p = build_problem(m, c.value, plan);
   ASSERT_TRUE(p.ok()) << p.status.message;
@@ -195,7 +195,9 @@ TEST(CostModel, OtherPlacementsCutAtLayerBoundaries) {
   Result<Problem> lin = build_problem(m, find_cluster("8xa100-40gb").value, {.num_microbatches = 16});
   ASSERT_TRUE(lin.ok()) << lin.status.message;
   const Problem& p = lin.value;
-  ASSERT_EQ(p.layers.size(), 40u);
+  ASSERT_EQ(p.layers.size(), 42u);  // the embedding, 40 layers, the head
+  EXPECT_EQ(p.layers.front().kind, LayerKind::kEmbedding);
+  EXPECT_EQ(p.layers.back().kind, LayerKind::kHead);
   EXPECT_TRUE(layers_match(p));
   double layer_sum = 0;
   for (const LayerSpec& l : p.layers) layer_sum += l.t_f_us;
@@ -210,11 +212,11 @@ TEST(CostModel, OtherPlacementsCutAtLayerBoundaries) {
     layers += st.num_layers;
     stage_sum += st.t_f_us;
   }
-  EXPECT_EQ(layers, 40);
+  EXPECT_EQ(layers, 42);
   EXPECT_NEAR(stage_sum, layer_sum, 1e-6 * layer_sum);
   // The last stage (on device 0) carries the LM head whole: more than its layers' share alone.
   const StageSpec& last = v.value.stages.back();
-  EXPECT_GT(last.t_f_us, last.num_layers * p.layers[0].t_f_us * 1.01);
+  EXPECT_GT(last.t_f_us, (last.num_layers - 1) * p.layers[1].t_f_us * 1.01);
   // Device 0 holds the embedding (first stage) and the head (last stage): the most static bytes;
   // an even split of the linear stages would have given it the same as device 1.
   EXPECT_GT(v.value.devices[0].static_bytes, v.value.devices[1].static_bytes);
@@ -229,7 +231,7 @@ TEST(CostModel, OtherPlacementsCutAtLayerBoundaries) {
   // ... but never more stages than layers.
   Result<Problem> i6 = rechunk(p, Placement::kInterleaved, 6);
   ASSERT_FALSE(i6.ok());
-  EXPECT_NE(i6.status.message.find("cannot cut 40 layers into 48 stages"), std::string::npos) << i6.status.message;
+  EXPECT_NE(i6.status.message.find("cannot cut 42 layers into 48 stages"), std::string::npos) << i6.status.message;
   // Back to linear from V-shape: the same layers, every stage accounted for.
   Result<Problem> back = rechunk(v.value, Placement::kLinear, 1);
   ASSERT_TRUE(back.ok());
@@ -247,7 +249,8 @@ TEST(CostModel, OtherPlacementsCutAtLayerBoundaries) {
   // The layers travel in the problem JSON.
   Result<Problem> read = problem_from_json(problem_to_json(p));
   ASSERT_TRUE(read.ok()) << read.status.message;
-  ASSERT_EQ(read.value.layers.size(), 40u);
+  ASSERT_EQ(read.value.layers.size(), 42u);
   EXPECT_EQ(read.value.layers.back().static_bytes, p.layers.back().static_bytes);
+  EXPECT_EQ(read.value.layers.back().kind, LayerKind::kHead);
   EXPECT_TRUE(layers_match(read.value));
 }

@@ -72,8 +72,11 @@ import json, re, sys
 kinds = {"F": "F", "I": "B", "W": "W", "B": "BW"}
 schedule = json.load(open(sys.argv[2]))
 rows = open(sys.argv[1]).read().split()
+# The CSV holds the order; the partition (items per stage) is handed over beside it.
 back = {"format": schedule["format"], "placement": schedule["placement"],
         "chunks_per_device": schedule["chunks_per_device"], "devices": []}
+if "items_per_stage" in schedule:
+    back["items_per_stage"] = schedule["items_per_stage"]
 for row in rows:
     ops = []
     for cell in row.split(","):

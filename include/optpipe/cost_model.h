@@ -49,19 +49,17 @@ struct ClusterSpec {
   double nvlink_gb_per_s = 0;  // between GPUs of one node: a ring collective's bus bandwidth
 };
 
-enum class Partition { kUniform, kBalanced };
-
 // The cluster's GPUs are tp · dp · pipeline stages, in Megatron's rank order: tensor-parallel
 // ranks innermost (within a node), then data-parallel, then pipeline.
 struct PlanSpec {
-  int num_microbatches = 0;      // per data-parallel rank; 0: 4 × pipeline devices
-  int microbatch_size = 1;       // sequences per microbatch
-  int64_t mem_budget_bytes = 0;  // per device; 0: 90% of HBM
-  Partition partition = Partition::kBalanced;
-  int tp = 1;                         // tensor-parallel degree, within a node
-  int dp = 1;                         // data-parallel degree
-  bool sequence_parallel = true;      // with tp > 1 (Korthikanti et al.)
-  bool distributed_optimizer = true;  // with dp > 1: optimizer state sharded over dp (ZeRO-1)
+  int num_microbatches = 0;                            // per data-parallel rank; 0: 4 × pipeline devices
+  int microbatch_size = 1;                             // sequences per microbatch
+  int64_t mem_budget_bytes = 0;                        // per device; 0: 90% of HBM
+  PartitionRule partition = PartitionRule::kBalanced;  // the stages' cut (problem.h)
+  int tp = 1;                                          // tensor-parallel degree, within a node
+  int dp = 1;                                          // data-parallel degree
+  bool sequence_parallel = true;                       // with tp > 1 (Korthikanti et al.)
+  bool distributed_optimizer = true;                   // with dp > 1: optimizer state sharded over dp (ZeRO-1)
 };
 
 const std::vector<ModelSpec>& model_presets();
@@ -83,10 +81,10 @@ struct LayerCost {
 };
 LayerCost transformer_layer_cost(const ModelSpec& m, int microbatch_size);
 
-// Layers per chunk, in model order; the first chunk also holds the embedding, the last the
-// LM head and loss. Balanced: as even in forward time as whole layers allow, at least one layer a
-// chunk when there are as many layers as chunks.
-std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, Partition partition, int microbatch_size);
+// The runtime's model: layers per chunk, in model order; the first chunk also holds the embedding,
+// the last the LM head and loss. Even: Megatron's split; otherwise balanced: as even in forward
+// time as whole layers allow, at least one layer a chunk when there are as many layers as chunks.
+std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, PartitionRule rule, int microbatch_size);
 
 // The problem for the cluster's num_gpus / (tp · dp) pipeline devices, linear placement, with its
 // layers (Problem::layers), from which families and the optimizer cut other placements at layer

@@ -108,6 +108,8 @@ struct OptimizeStats {
   // With OptimizeOptions::any_timing: the gates added to the winner (WAITs; reload anchors and
   // `after` ops).
   int waits_added = 0, reload_gates_added = 0;
+  // With a free partition: items moved between stages from the start's cut.
+  int partition_moves = 0;
 };
 
 // Infeasible, naming the device, its static bytes and what would help, when some device's static

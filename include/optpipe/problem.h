@@ -66,15 +66,33 @@ struct HostLinkSpec {
   double latency_us = 10;
 };
 
-// One layer of the model, as the cost model prices it, from which a cut into stages for any
-// placement follows (rechunk). The embedding counts with the first layer and the LM head with the
-// last: neither can be split off.
+// What an item of the model is: a transformer layer, the embedding (first, when present) or the
+// LM head with its loss (last, when present).
+enum class LayerKind { kLayer, kEmbedding, kHead };
+const char* layer_kind_name(LayerKind k);  // "layer", "embedding", "head"
+
+// One item of the model (a layer, the embedding or the LM head with its loss), as the cost model
+// prices it, from which a cut into stages for any placement and partition follows (rechunk,
+// with_partition). A stage holds a contiguous run of at least one item.
 struct LayerSpec {
+  LayerKind kind = LayerKind::kLayer;
   double t_f_us = 0, t_b_us = 0, t_w_us = 0, t_r_us = 0;
   int64_t act_f_bytes = 0;      // kept by F until backward
   int64_t act_w_bytes = 0;      // released by W (≤ 0)
   int64_t act_input_bytes = 0;  // the layer's input: what a stage starting here keeps when recomputed
   int64_t static_bytes = 0;     // parameters, gradients, optimizer state
+};
+
+// How practitioners cut a model into stages (chunks), and optpipe's own balanced cut. Counts are
+// of transformer layers; the embedding goes to the first stage and the head to the last.
+enum class PartitionRule {
+  kBalanced,       // the least largest F + B + W of a stage (the embedding and head counted)
+  kEven,           // Megatron's even split: L/S layers a stage (spare layers skip the first)
+  kEvenAccounted,  // embedding and head count as one layer each: Megatron's --account-for-*,
+                   // torchtitan's default (first and last stage one layer less), ZB's k·p − 2
+  kDevices,        // the balanced cut, then items moved between stages while that lowers
+                   // the busiest device's F + B + W (then the sum of squares): a device's load
+                   // balanced, not each chunk's (a V-shape's device 0 holds both ends)
 };
 
 struct Problem {
@@ -89,6 +107,9 @@ struct Problem {
   // Optional: the model layer by layer, stages[s] being the next stages[s].num_layers of them. When
   // present (and still what the stages sum to), rechunk cuts layers instead of splitting stages.
   std::vector<LayerSpec> layers;
+  // How rechunk cuts the layers for another placement (a pinned partition rule follows the
+  // problem to every placement searched).
+  PartitionRule partition = PartitionRule::kBalanced;
 
   int num_stages() const { return num_devices * chunks_per_device; }
 
@@ -168,6 +189,19 @@ std::vector<int> min_max_split(int items, int runs, int least,
 // Sets p's stages and device static bytes from p->layers: stage s gets the next counts[s] layers
 // (Σ counts = layers), devices the sum of their stages' static bytes.
 void cut_layers(const std::vector<int>& counts, Problem* p);
+
+const char* partition_rule_name(PartitionRule r);  // "balanced", "even", "even-accounted", "devices"
+bool parse_partition_rule(const std::string& name, PartitionRule* out);
+// Items per stage (what stages[s].num_layers holds) for p's stage count; InvalidInput without
+// layers, or with more stages than the rule can give an item each.
+Result<std::vector<int>> partition_counts(const Problem& p, PartitionRule rule);
+// p re-cut to these items per stage (Σ = layers, each ≥ 1): stage times and bytes and device
+// static bytes follow; the schedule's ops do not change, so any schedule of p runs on it.
+// InvalidInput naming what is wrong (no layers, a count per stage, the sum).
+Result<Problem> with_partition(const Problem& p, const std::vector<int>& items_per_stage);
+// Per stage: its items (stages[s].num_layers), and of those its transformer layers.
+std::vector<int> items_per_stage(const Problem& p);
+std::vector<int> transformer_layers_per_stage(const Problem& p);
 // Whether p's stages are still what its layers sum to (an edit of the stages or a profile makes
 // them stale, and rechunk then splits stages instead).
 bool layers_match(const Problem& p);

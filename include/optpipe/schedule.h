@@ -69,6 +69,9 @@ struct Schedule {
   Placement placement = Placement::kLinear;
   int chunks_per_device = 1;
   std::vector<DeviceSchedule> devices;  // one per device
+  // The partition it was made for, items (the embedding and head included) per stage; empty:
+  // the problem's own cut. A partition changes stage costs, never ops (problem_for applies it).
+  std::vector<int> items_per_stage;
 
   size_t num_ops() const;
 };
@@ -84,9 +87,9 @@ inline Op op_from_id(const Problem& p, int id) {
   return Op{static_cast<OpKind>(id / (S * M)), (id / M) % S, id % M};
 }
 
-// The problem a schedule runs on: `p` re-cut (rechunk) to the schedule's placement and chunks, or
-// `p` itself when they match. How a schedule made for another placement of the same model (a
-// V-shape schedule, a linear problem) is read everywhere.
+// The problem a schedule runs on: `p` re-cut (rechunk) to the schedule's placement and chunks, and
+// to its items per stage when it names them, or `p` itself when they match. How a schedule made for another placement
+// of the same model (a V-shape schedule, a linear problem) is read everywhere.
 Result<Problem> problem_for(const Problem& p, const Schedule& s);
 
 // Whether some device offloads; whether some compute list holds an op of `kind`.

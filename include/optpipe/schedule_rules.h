@@ -24,6 +24,9 @@ struct ScheduleRules {
   bool offload = true;
   bool recompute = true;
   bool whole_stage_recompute = false;  // with recompute: a stage recomputes every microbatch or none
+  // The layer partition as the problem has it (its cut, and the rule rechunk re-cuts by): the
+  // optimizer then moves no layer between stages. False: the partition is searched too.
+  bool fixed_partition = false;
 
   bool allows_placement(Placement placement, int chunks_per_device) const;
   bool any() const;  // some rule restricts the search

@@ -137,16 +137,17 @@ LayerCost head_cost(const ModelSpec& m, int microbatch_size) {
 
 }  // namespace
 
-std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, Partition partition, int microbatch_size) {
+std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, PartitionRule rule, int microbatch_size) {
   const int L = m.num_layers, S = num_chunks;
-  if (partition == Partition::kUniform) {
+  if (rule == PartitionRule::kEven) {
     std::vector<int> n(S, L / S);
     for (int c = 0; c < L % S; c++) n[1 + c % std::max(1, S - 1)]++;  // spare layers skip the embedding chunk
     if (S == 1) n[0] = L;
     return n;
   }
   // Balanced: minimise the largest chunk's forward time over contiguous splits (the first chunk
-  // also pays for the embedding — negligible — the last for the LM head).
+  // also pays for the embedding — negligible — the last for the LM head). With fewer layers than
+  // chunks, a chunk may hold none (the runtime's model then passes its input on).
   const double layer = transformer_layer_cost(m, microbatch_size).fwd_flops;
   const double head = head_cost(m, microbatch_size).fwd_flops;
   const int least = L >= S ? 1 : 0;  // layers per chunk: the LM head is no chunk of its own when it can share
@@ -249,29 +250,43 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
   p.t_comm_us = cluster.p2p_latency_us + (hop_gb_per_s > 0 ? hop_bytes / (hop_gb_per_s * 1e3) : 0);
   p.host_link = {cluster.d2h_gb_per_s, cluster.h2d_gb_per_s, cluster.host_link_latency_us};
   const double optimizer_shards = deg.value.distributed_optimizer ? deg.value.dp : 1;
-  // Layer by layer (the embedding with the first, the LM head with the last), so that a V-shape
-  // or interleaved cut follows the layers (rechunk); the linear stages are cut from them here.
+  // Item by item — the embedding, the layers, the LM head with its loss — so that any placement's
+  // and partition's cut follows them (rechunk, with_partition); the linear stages are cut here.
+  auto static_bytes = [&](double params) {
+    return static_cast<int64_t>(params * (4 + 12 / optimizer_shards));
+  };  // [R20]
+  // The embedding: a lookup (no time to speak of, nothing kept but the token ids), its table.
+  p.layers.push_back(
+      {.kind = LayerKind::kEmbedding, .static_bytes = static_bytes(static_cast<double>(m.vocab) * h / T)});
   for (int k = 0; k < m.num_layers; k++) {
-    const bool last = k == m.num_layers - 1;
     LayerSpec l;
-    l.t_f_us = (layer.fwd_flops + (last ? head.fwd_flops : 0)) / flops_per_us + tp_us;
-    l.t_b_us = (layer.bwd_input_flops + (last ? head.bwd_input_flops : 0)) / flops_per_us + tp_us;
-    l.t_w_us = (layer.bwd_weight_flops + (last ? head.bwd_weight_flops : 0)) / flops_per_us;
+    l.t_f_us = layer.fwd_flops / flops_per_us + tp_us;
+    l.t_b_us = layer.bwd_input_flops / flops_per_us + tp_us;
+    l.t_w_us = layer.bwd_weight_flops / flops_per_us;
     l.t_r_us = l.t_f_us;
-    l.act_f_bytes = layer.act_bytes + (last ? head.act_bytes : 0);
-    l.act_w_bytes = -(layer.act_after_b_bytes + (last ? head.act_after_b_bytes : 0));
+    l.act_f_bytes = layer.act_bytes;
+    l.act_w_bytes = -layer.act_after_b_bytes;
     l.act_input_bytes = std::min<int64_t>(l.act_f_bytes, static_cast<int64_t>(hop_bytes));
-    const double params =
-        layer.params + (k == 0 ? static_cast<double>(m.vocab) * m.hidden / T : 0) + (last ? head.params : 0);
-    l.static_bytes = static_cast<int64_t>(params * (4 + 12 / optimizer_shards));  // [R20]
+    l.static_bytes = static_bytes(static_cast<double>(layer.params));
     p.layers.push_back(l);
   }
+  LayerSpec l{.kind = LayerKind::kHead};
+  l.t_f_us = l.t_r_us = head.fwd_flops / flops_per_us;
+  l.t_b_us = head.bwd_input_flops / flops_per_us;
+  l.t_w_us = head.bwd_weight_flops / flops_per_us;
+  l.act_f_bytes = head.act_bytes;
+  l.act_w_bytes = -head.act_after_b_bytes;
+  l.act_input_bytes = std::min<int64_t>(l.act_f_bytes, static_cast<int64_t>(hop_bytes));
+  l.static_bytes = static_bytes(static_cast<double>(head.params));
+  p.layers.push_back(l);
   p.devices.assign(D, DeviceSpec{});
   for (int c = 0; c < D; c++) {
     p.devices[c].mem_budget_bytes = plan.mem_budget_bytes > 0 ? plan.mem_budget_bytes : cluster.hbm_bytes / 10 * 9;
     p.devices[c].host_link = c / std::max(1, cluster.gpus_per_host_link);
   }
-  cut_layers(partition_layers(m, D, plan.partition, plan.microbatch_size), &p);
+  Result<std::vector<int>> counts = partition_counts(p, plan.partition);
+  if (!counts.ok()) return R::Error(counts.status);
+  cut_layers(counts.value, &p);
   Status st = check_problem(p);
   if (!st.ok()) return R::Error(st);
   return R::Of(std::move(p));

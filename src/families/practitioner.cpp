@@ -15,21 +15,23 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // "3/5 layers" when every stage recomputes the same share, "0–3/5 layers" when the counts differ
-// over stages of one size, else the totals.
+// over stages of one size, else the totals. Transformer layers: a stage's embedding or head item
+// (recomputed with its first or last layer) is not counted.
 std::string recompute_label(const Problem& p) {
-  int k_min = p.stages[0].recompute_layers, k_max = k_min, k_sum = 0, n_sum = 0;
+  const std::vector<int> n = transformer_layers_per_stage(p);
+  auto k_of = [&](int s) { return std::min(p.stages[s].recompute_layers, std::max(n[s], 1)); };
+  int k_min = k_of(0), k_max = k_min, k_sum = 0, n_sum = 0;
   bool one_size = true;
-  for (const StageSpec& g : p.stages) {
-    k_min = std::min(k_min, g.recompute_layers);
-    k_max = std::max(k_max, g.recompute_layers);
-    k_sum += g.recompute_layers;
-    n_sum += g.num_layers;
-    one_size = one_size && g.num_layers == p.stages[0].num_layers;
+  for (int s = 0; s < p.num_stages(); s++) {
+    k_min = std::min(k_min, k_of(s));
+    k_max = std::max(k_max, k_of(s));
+    k_sum += k_of(s);
+    n_sum += n[s];
+    one_size = one_size && n[s] == n[0];
   }
-  const std::string n = std::to_string(p.stages[0].num_layers);
   if (!one_size) return std::to_string(k_sum) + "/" + std::to_string(n_sum) + " layers";
-  if (k_min == k_max) return std::to_string(k_max) + "/" + n + " layers";
-  return std::to_string(k_min) + "–" + std::to_string(k_max) + "/" + n + " layers";
+  if (k_min == k_max) return std::to_string(k_max) + "/" + std::to_string(n[0]) + " layers";
+  return std::to_string(k_min) + "–" + std::to_string(k_max) + "/" + std::to_string(n[0]) + " layers";
 }
 
 // A stage's count rises a layer at a time, or a 64th of its layers when it has more than 127

@@ -47,10 +47,22 @@ Result<Problem> problem_from_json(const std::string& text) {
     }
   }
   read_host_link(r, &p.host_link, &err);
+  std::string partition = partition_rule_name(p.partition);
+  r.string("partition", &partition, false);
+  if (!parse_partition_rule(partition, &p.partition) && err.ok())
+    err = Status::Invalid("partition: must be balanced, even or even-accounted, got " + partition);
   if (const json* layers = r.array("layers", false)) {
     for (size_t i = 0; i < layers->size() && err.ok(); i++) {
       Reader lr((*layers)[i], "layers[" + std::to_string(i) + "]", &err);
       LayerSpec l;
+      std::string kind = "layer";
+      lr.string("kind", &kind, false);
+      if (kind == "embedding")
+        l.kind = LayerKind::kEmbedding;
+      else if (kind == "head")
+        l.kind = LayerKind::kHead;
+      else if (kind != "layer" && err.ok())
+        err = Status::Invalid("layers[" + std::to_string(i) + "].kind: must be layer, embedding or head, got " + kind);
       lr.number("t_f_us", &l.t_f_us, true);
       lr.number("t_b_us", &l.t_b_us, true);
       lr.number("t_w_us", &l.t_w_us, true);
@@ -93,10 +105,12 @@ std::string problem_to_json(const Problem& p) {
     j["devices"].push_back(
         {{"static_bytes", d.static_bytes}, {"mem_budget_bytes", d.mem_budget_bytes}, {"host_link", d.host_link}});
   j["host_link"] = host_link_json(p.host_link);
+  if (p.partition != PartitionRule::kBalanced) j["partition"] = partition_rule_name(p.partition);
   if (!p.layers.empty()) {
     j["layers"] = json::array();
     for (const LayerSpec& l : p.layers)
-      j["layers"].push_back({{"t_f_us", l.t_f_us},
+      j["layers"].push_back({{"kind", layer_kind_name(l.kind)},
+                             {"t_f_us", l.t_f_us},
                              {"t_b_us", l.t_b_us},
                              {"t_w_us", l.t_w_us},
                              {"t_r_us", l.t_r_us},

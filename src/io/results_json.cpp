@@ -144,6 +144,7 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
   j["budget_lower_bound_bytes"] = r.budget_lower_bound_bytes;
   j["frugal_budget_bytes"] = r.frugal_budget_bytes;
   j["frugal_schedule"] = r.frugal_label;
+  if (layers_match(r.problem)) j["layers_per_stage"] = transformer_layers_per_stage(r.problem);
   j["timing"] = options.any_timing ? "any" : "exact";
   j["rules"] = rules_json(options.rules);
   j["robust"] = options.robust_sigma > 0 ? json{{"sigma", options.robust_sigma}, {"samples", options.robust_samples}}
@@ -155,6 +156,7 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
                 {"start_family", st.start_family},
                 {"start_objective_us", st.start_objective_us},
                 {"placements_searched", st.placements_searched},
+                {"partition_moves", st.partition_moves},
                 {"exact_solves", st.exact_solves},
                 {"exact_nodes", st.exact_nodes},
                 {"recomputes_dropped", st.recomputes_dropped},

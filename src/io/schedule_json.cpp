@@ -20,6 +20,14 @@ Result<Schedule> schedule_from_json(const std::string& text) {
           where + ": expected an op such as \"F3 s1\" (kinds F, B, W, BW, R, OFFLOAD, RELOAD, WAIT), got " + brief(v));
   };
   read_placement(r, &s.placement, &s.chunks_per_device);
+  if (const json* items = r.array("items_per_stage", false))
+    for (size_t k = 0; k < items->size() && err.ok(); k++) {
+      if (!(*items)[k].is_number_integer() || (*items)[k].get<int64_t>() < 1 || (*items)[k].get<int64_t>() > 100000)
+        err = Status::Invalid("items_per_stage[" + std::to_string(k) + "]: expected an integer from 1 to 100000, got " +
+                              brief((*items)[k]));
+      else
+        s.items_per_stage.push_back((*items)[k].get<int>());
+    }
   if (const json* devices = r.array("devices", true)) {
     for (size_t d = 0; d < devices->size() && err.ok(); d++) {
       const std::string dp = "devices[" + std::to_string(d) + "]";
@@ -70,6 +78,7 @@ std::string schedule_to_json(const Schedule& s) {
   j["format"] = kScheduleFormat;
   j["placement"] = placement_name(s.placement);
   j["chunks_per_device"] = s.chunks_per_device;
+  if (!s.items_per_stage.empty()) j["items_per_stage"] = s.items_per_stage;
   j["devices"] = json::array();
   for (const DeviceSchedule& ds : s.devices) {
     json d;

@@ -3,9 +3,11 @@
 // gated, then validated and simulated once more for the report.
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "optimize/exact_driver.h"
 #include "optimize/frugal.h"
+#include "optimize/partition.h"
 #include "optimize/race.h"
 #include "optimize/search.h"
 #include "optimize/starts.h"
@@ -31,8 +33,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The search stops at this share of the time limit; what is left tidies its winner.
+// The search stops at this share of the time limit; what is left tidies its winner. When the
+// partition is searched too, the race stops earlier and the rest goes to the partition.
 constexpr double kSearchShare = 0.95;
+constexpr double kRaceShareBeforePartition = 0.7;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -65,7 +69,7 @@ struct Placements {
 };
 
 Placements placements_of(const std::vector<Start>& starts, int num_searches, const NoiseSpec* robust,
-                         Objective objective, std::vector<std::string>* names) {
+                         Objective objective, bool partition_free, std::vector<std::string>* names) {
   Placements out;
   for (int k = 0; k < num_searches; k++) {
     const Problem& sp = starts[k].built.problem;
@@ -73,7 +77,9 @@ Placements placements_of(const std::vector<Start>& starts, int num_searches, con
     if (std::find(names->begin(), names->end(), where) != names->end()) continue;
     names->push_back(where);
     out.problems.push_back(&sp);
-    out.bounds.push_back(lower_bound_for(sp, /*fits_budget=*/true, objective));
+    // With the partition searched, only a bound that holds over every partition is valid.
+    out.bounds.push_back(partition_free && layers_match(sp) ? partition_free_lower_bound(sp, objective)
+                                                            : lower_bound_for(sp, /*fits_budget=*/true, objective));
   }
   if (robust)
     for (const Problem* sp : out.problems) {
@@ -87,6 +93,8 @@ Placements placements_of(const std::vector<Start>& starts, int num_searches, con
 // The winner gated (with any_timing), checked and simulated once more, the way everything optpipe
 // reports is; then its figures, bound, gap and outcome.
 void finish(const OptimizeOptions& options, Clock::time_point prune_until, double bound_us, OptimizeResult& out) {
+  // The partition travels with the schedule, so that it is read back on the problem it was made for.
+  out.schedule.items_per_stage = layers_match(out.problem) ? items_per_stage(out.problem) : std::vector<int>{};
   if (options.any_timing) {
     SimResult nominal = simulate(out.problem, out.schedule);
     OPTPIPE_CHECK(nominal.ok(), "the optimizer's winner must simulate: " + nominal.status.message);
@@ -109,6 +117,40 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, doubl
   const double value = objective_us(out.timeline, options.objective);
   out.gap = value > 0 ? std::max(0.0, (value - bound_us) / value) : 0;
   out.outcome = !fits ? Outcome::kInfeasible : value <= bound_us * (1 + 1e-12) ? Outcome::kOptimal : Outcome::kFeasible;
+}
+
+// After the race: the winner's partition improved by moving layers between stages, the order
+// searched again on each moved partition, until neither improves, the deadline, or
+// max_evaluations candidates (with OptimizeOptions::max_evaluations, so that runs repeat).
+void search_partition(const OptimizeOptions& options, int64_t max_evaluations, Clock::time_point deadline,
+                      const NoiseSamples* noise, Problem* problem, SearchResult* searched, OptimizeStats* stats) {
+  const Scoring scoring{options.objective, noise};
+  if (options.max_evaluations == 0) max_evaluations = std::numeric_limits<int64_t>::max();
+  const int64_t slice =
+      std::clamp<int64_t>(static_cast<int64_t>(2e7 / std::max<size_t>(searched->best.num_ops(), 1)), 50, 20000);
+  int64_t spent = 0;
+  for (int round = 0; round < 64 && spent < max_evaluations && Clock::now() < deadline; round++) {
+    Repartitioned moved =
+        improve_partition(*problem, searched->best, searched->best_score, scoring, max_evaluations - spent, deadline);
+    spent += moved.evaluations;
+    if (moved.moves > 0) {
+      *problem = std::move(moved.problem);
+      searched->best_score = moved.score;
+      stats->partition_moves += moved.moves;
+    }
+    SearchShared shared;
+    SearchResult more = local_search(*problem, searched->best, options.seed * 7907 + static_cast<uint64_t>(round),
+                                     std::min(slice, max_evaluations - spent), shared, scoring, options.rules);
+    spent += more.evaluations;
+    stats->evaluations += more.evaluations;
+    const bool order_improved = more.best_score < searched->best_score;
+    if (order_improved) {
+      searched->best = std::move(more.best);
+      searched->best_score = more.best_score;
+      stats->improvements += more.improvements;
+    }
+    if (moved.moves == 0 && !order_improved) break;
+  }
 }
 
 }  // namespace
@@ -144,12 +186,19 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   if (out.status.ok()) out.status = check_no_recompute_layers(p);
   if (out.status.ok()) out.status = check_options(options, robust);
   if (out.status.ok()) out.status = check_rules_options(options.rules);
-  if (out.status.ok()) out.status = check_static_memory(p);
   if (!out.status.ok()) return out;
 
   // The frugal schedules first: what the leanest of them needs is the budget above which the
   // answer always fits (it is a start, and nothing after it loses a fitting schedule).
   const std::vector<Frugal> frugal = frugal_schedules(p, options.rules);
+  // Static memory follows the layers: refused at once only when it passes the budget on every
+  // placement searched (the problem's own placement when there is none to re-cut).
+  if (Status st = check_static_memory(p); !st.ok() && std::none_of(frugal.begin(), frugal.end(), [](const Frugal& f) {
+        return check_static_memory(f.built.problem).ok();
+      })) {
+    out.status = st;
+    return out;
+  }
   if (const Frugal* lean = leanest(frugal, p)) {
     out.frugal_label = lean->name;
     out.frugal_budget_bytes = lean->need_bytes;
@@ -179,6 +228,22 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   out.stats.best_family = baseline_of(fastest_fitting(runs, options.objective), options.objective);
   out.stats.best_published_family =
       baseline_of(fastest_fitting(runs, options.objective, /*as_published_only=*/true), options.objective);
+  // With the partition free, the families also on the cut that balances each device's load
+  // (PartitionRule::kDevices) rather than each stage's: starts, not baselines.
+  if (!options.rules.fixed_partition && layers_match(p) && p.partition == PartitionRule::kBalanced) {
+    Problem level = p;
+    level.partition = PartitionRule::kDevices;
+    std::vector<FamilyRun> leveled =
+        run_families(level, {.op_times = false, .any_timing = false}, after(0.25), options.rules.chunks_per_device);
+    rule_out(options.rules, &leveled);
+    for (FamilyRun& run : leveled)
+      if (run.status.ok() &&
+          items_per_stage(run.built.problem) !=
+              items_per_stage(rechunk(p, run.built.problem.placement, run.built.problem.chunks_per_device).value)) {
+        run.label += " [devices]";
+        runs.push_back(std::move(run));
+      }
+  }
   bool out_of_time = false;
   std::vector<Start> starts =
       make_starts(p, frugal, runs, options.rules, options.objective, after(0.25), after(0.5), &out_of_time);
@@ -194,8 +259,26 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
 
   // The best few starts are searched; the lower bound holds over every placement among them.
   const int num_searches = std::min<int>(std::max(options.threads, 8), static_cast<int>(starts.size()));
+  // The partition is searched too when it is free and the starts' problems carry their layers.
+  const bool repartition =
+      !options.rules.fixed_partition && std::any_of(starts.begin(), starts.begin() + num_searches,
+                                                    [](const Start& s) { return layers_match(s.built.problem); });
+  // Each raced start on the partition its own schedule runs best on (layers moved off the
+  // devices its order leaves busiest).
+  for (int k = 0; k < num_searches && repartition; k++) {
+    Start& start = starts[k];
+    if (!layers_match(start.built.problem)) continue;
+    Repartitioned moved = improve_partition(start.built.problem, start.built.schedule, start.score,
+                                            {options.objective, nullptr}, 4000, after(0.5));
+    if (moved.moves == 0) continue;
+    if (moved.moves == 0) continue;
+    start.name += " +partition";
+    start.built.problem = std::move(moved.problem);
+    start.score = moved.score;
+    out.stats.partition_moves += moved.moves;
+  }
   Placements placements = placements_of(starts, num_searches, options.robust_sigma > 0 ? &robust : nullptr,
-                                        options.objective, &out.stats.placements_searched);
+                                        options.objective, repartition, &out.stats.placements_searched);
   const size_t ops = starts[0].built.schedule.num_ops();
   RaceSetup race{.starts = &starts,
                  .num_searches = num_searches,
@@ -207,7 +290,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
                          : std::clamp<int64_t>(static_cast<int64_t>(2e8 / std::max<size_t>(ops, 1)), 2000, 300000),
                  .until_time = options.max_evaluations == 0 && !options.exact,
                  .t0 = t0,
-                 .stop_after_s = options.time_limit_s * kSearchShare,
+                 .stop_after_s = options.time_limit_s * (repartition ? kRaceShareBeforePartition : kSearchShare),
                  .bound_us = placements.bound(),
                  .noise_for = [&](const Problem& sp) { return placements.noise_for(sp); },
                  .progress = options.progress,
@@ -222,23 +305,32 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   out.stats.start_objective_us = st.score.objective_us;
 
   out.problem = st.built.problem;
+  SearchResult searched = raced.best;
+  if (repartition && layers_match(out.problem))
+    search_partition(options, race.budget / 4, after(kSearchShare), placements.noise_for(out.problem), &out.problem,
+                     &searched, &out.stats);
   // What the search's plateau walk left behind and the winner does not need (in the time the
   // search left, or as many simulations as the schedule's size allows when it did not bind).
-  Tidied tidied = drop_needless(out.problem, raced.best.best,
+  Tidied tidied = drop_needless(out.problem, searched.best,
                                 std::clamp<int64_t>(static_cast<int64_t>(4e7 / std::max<size_t>(ops, 1)), 100, 5000),
                                 after(1), placements.noise_for(out.problem), options.rules, options.objective);
   out.schedule = tidied.schedule;
   out.stats.recomputes_dropped = tidied.recomputes_dropped;
   out.stats.offloads_dropped = tidied.offloads_dropped;
-  if (options.exact) run_exact(options, t0, &placements.problems, &placements.bounds, &out);
+  if (options.exact) {
+    const std::vector<double> free_bounds = placements.bounds;
+    run_exact(options, t0, &placements.problems, &placements.bounds, &out);
+    // The exact models' bounds hold for their problem's partition only.
+    if (repartition) placements.bounds = free_bounds;
+  }
   finish(options, after(1.1), placements.bound(), out);
   // Every step after the search keeps a fitting answer fitting, or is undone: the tidied schedule
   // without the exact models' change, then the search's own winner.
-  const bool search_fits = raced.best.best_score.overflow_bytes == 0;
-  for (const Schedule* undo : {&tidied.schedule, &raced.best.best}) {
+  const bool search_fits = searched.best_score.overflow_bytes == 0;
+  for (const Schedule* undo : {&tidied.schedule, &searched.best}) {
     if (!search_fits || out.outcome != Outcome::kInfeasible) break;
     out.schedule = *undo;
-    if (undo == &raced.best.best) out.stats.recomputes_dropped = out.stats.offloads_dropped = 0;
+    if (undo == &searched.best) out.stats.recomputes_dropped = out.stats.offloads_dropped = 0;
     finish(options, after(1.1), placements.bound(), out);
   }
   // The invariant: a fitting candidate means a fitting answer, no slower than that candidate.
@@ -246,7 +338,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
                 "the search found a schedule that fits, yet the answer does not");
   OPTPIPE_CHECK(!search_fits || options.robust_sigma > 0 ||
                     objective_us(out.timeline, options.objective) <=
-                        raced.best.best_score.objective_us * (1 + 1e-9) + 1e-6,
+                        searched.best_score.objective_us * (1 + 1e-9) + 1e-6,
                 "the answer is slower than the best fitting schedule the search found");
   out.stats.wall_s = seconds_since(t0);
   if (options.progress)

@@ -161,6 +161,8 @@ Status check_problem(const Problem& p) {
     if (!(st = check_bytes(f + "static_bytes", l.static_bytes, false)).ok()) return st;
     if (l.act_w_bytes > 0 || l.act_w_bytes < -l.act_f_bytes)
       return bad(f + "act_w_bytes", "must be in [-act_f_bytes, 0]", std::to_string(l.act_w_bytes));
+    if ((l.kind == LayerKind::kEmbedding && k != 0) || (l.kind == LayerKind::kHead && k + 1 != p.layers.size()))
+      return bad(f + "kind", "the embedding comes first and the head last", layer_kind_name(l.kind));
   }
   // Every byte total the simulator forms (static + all activations of a device, summed over
   // devices) must stay far inside int64.
@@ -315,19 +317,157 @@ std::vector<int> min_max_split(int items, int runs, int least,
   return lengths;
 }
 
+const char* layer_kind_name(LayerKind k) {
+  switch (k) {
+    case LayerKind::kLayer: return "layer";
+    case LayerKind::kEmbedding: return "embedding";
+    case LayerKind::kHead: return "head";
+  }
+  return "?";
+}
+
 namespace {
 
-// The cut of `layers` into n consecutive runs of at least one layer that minimises the largest
-// run's F + B + W; counts in model order.
-std::vector<int> balanced_layer_counts(const std::vector<LayerSpec>& layers, int n) {
-  std::vector<double> prefix(layers.size() + 1, 0);
-  for (size_t k = 0; k < layers.size(); k++)
-    prefix[k + 1] = prefix[k] + layers[k].t_f_us + layers[k].t_b_us + layers[k].t_w_us;
-  return min_max_split(static_cast<int>(layers.size()), n, 1,
-                       [&](int first, int end, int) { return prefix[end] - prefix[first]; });
+// PartitionRule::kDevices from the balanced cut `counts`.
+void balance_devices(const Problem& p, std::vector<int>* counts) {
+  const int S = p.num_stages();
+  std::vector<double> item_work;
+  for (const LayerSpec& l : p.layers) item_work.push_back(l.t_f_us + l.t_b_us + l.t_w_us);
+  auto measure = [&](const std::vector<int>& c) {
+    std::vector<double> device(p.num_devices, 0);
+    for (int s = 0, next = 0; s < S; s++)
+      for (int k = 0; k < c[s]; k++) device[p.device_of(s)] += item_work[next++];
+    double most = 0, squares = 0;
+    for (double w : device) most = std::max(most, w), squares += w * w;
+    return std::pair{most, squares};
+  };
+  auto current = measure(*counts);
+  // Every accepted move lowers (busiest, squares) strictly, so no cut repeats; the cap bounds it.
+  for (int step = 0; step < 100000; step++) {
+    // One item from stage a to stage b: the stages between keep their counts, each passing one on.
+    std::vector<int> best;
+    auto best_measure = current;
+    for (int a = 0; a < S; a++)
+      for (int b = 0; b < S; b++) {
+        if (a == b || (*counts)[a] < 2) continue;
+        std::vector<int> moved = *counts;
+        moved[a]--;
+        moved[b]++;
+        const auto m = measure(moved);
+        if (m < best_measure) best_measure = m, best = std::move(moved);
+      }
+    if (best.empty()) return;
+    *counts = std::move(best);
+    current = best_measure;
+  }
 }
 
 }  // namespace
+
+const char* partition_rule_name(PartitionRule r) {
+  switch (r) {
+    case PartitionRule::kBalanced: return "balanced";
+    case PartitionRule::kEven: return "even";
+    case PartitionRule::kEvenAccounted: return "even-accounted";
+    case PartitionRule::kDevices: return "devices";
+  }
+  return "?";
+}
+
+bool parse_partition_rule(const std::string& name, PartitionRule* out) {
+  for (PartitionRule r :
+       {PartitionRule::kBalanced, PartitionRule::kEven, PartitionRule::kEvenAccounted, PartitionRule::kDevices})
+    if (name == partition_rule_name(r)) {
+      *out = r;
+      return true;
+    }
+  return false;
+}
+
+Result<std::vector<int>> partition_counts(const Problem& p, PartitionRule rule) {
+  using R = Result<std::vector<int>>;
+  const int S = p.num_stages();
+  const int items = static_cast<int>(p.layers.size());
+  if (items == 0) return R::Error(Status::Invalid("the problem has no layers to partition (only the cost model's do)"));
+  const bool embedding = p.layers.front().kind == LayerKind::kEmbedding;
+  const bool head = p.layers.back().kind == LayerKind::kHead;
+  const int L = items - embedding - head;  // transformer layers
+  std::vector<int> layers(S, 0);           // transformer layers per stage
+  if (rule == PartitionRule::kBalanced || rule == PartitionRule::kDevices) {
+    // Over transformer layers, each stage at least one while there are enough, the embedding's
+    // and head's work counted with the first and last stage.
+    std::vector<double> prefix(L + 1, 0);
+    auto work = [&](const LayerSpec& l) { return l.t_f_us + l.t_b_us + l.t_w_us; };
+    for (int k = 0; k < L; k++) prefix[k + 1] = prefix[k] + work(p.layers[embedding + k]);
+    const double first = embedding ? work(p.layers.front()) : 0, last = head ? work(p.layers.back()) : 0;
+    layers = min_max_split(L, S, L >= S ? 1 : 0, [&](int a, int b, int run) {
+      return prefix[b] - prefix[a] + (run == 0 ? first : 0) + (run == S - 1 ? last : 0);
+    });
+  } else {
+    // Even: L / S a stage, spare layers from the second stage on. Accounted: the embedding and
+    // the head count as a layer each, and the first and last stage hold one layer less.
+    const bool accounted = rule == PartitionRule::kEvenAccounted;
+    const int total = L + (accounted ? embedding + head : 0);
+    std::vector<int> share(S, total / S);
+    for (int c = 0; c < total % S; c++) share[(accounted ? c : 1 + c % std::max(1, S - 1)) % S]++;
+    if (S == 1) share[0] = total;
+    for (int c = 0; c < S; c++)
+      layers[c] = share[c] - (accounted && c == 0 ? embedding : 0) - (accounted && c == S - 1 ? head : 0);
+    for (int c = 0; c < S; c++)
+      if (layers[c] < 0)
+        return R::Error(Status::Invalid(std::string("partition ") + partition_rule_name(rule) + ": " +
+                                        std::to_string(L) + " layers are too few for " + std::to_string(S) +
+                                        " stages with the embedding and head counted as layers"));
+  }
+  std::vector<int> counts = layers;
+  counts.front() += embedding;
+  counts.back() += head;
+  for (int c = 0; c < S; c++)
+    if (counts[c] < 1)
+      return R::Error(Status::Invalid(std::string("partition ") + partition_rule_name(rule) + ": cannot give " +
+                                      std::to_string(S) + " stages an item each from " + std::to_string(items)));
+  if (rule == PartitionRule::kDevices) balance_devices(p, &counts);
+  return R::Of(std::move(counts));
+}
+
+Result<Problem> with_partition(const Problem& p, const std::vector<int>& items_per_stage) {
+  using R = Result<Problem>;
+  if (p.layers.empty())
+    return R::Error(Status::Invalid("the problem has no layers to partition (only the cost model's do)"));
+  if (static_cast<int>(items_per_stage.size()) != p.num_stages())
+    return R::Error(Status::Invalid("layers per stage: " + std::to_string(items_per_stage.size()) + " counts for " +
+                                    std::to_string(p.num_stages()) + " stages"));
+  int64_t sum = 0;
+  for (size_t s = 0; s < items_per_stage.size(); s++) {
+    if (items_per_stage[s] < 1)
+      return R::Error(Status::Invalid("layers per stage: stage " + std::to_string(s) + " gets " +
+                                      std::to_string(items_per_stage[s]) + "; every stage holds at least one item"));
+    sum += items_per_stage[s];
+  }
+  if (sum != static_cast<int64_t>(p.layers.size()))
+    return R::Error(Status::Invalid("layers per stage: they sum to " + std::to_string(sum) + ", the model has " +
+                                    std::to_string(p.layers.size()) + " items (the embedding and head included)"));
+  if (Status st = check_no_recompute_layers(p); !st.ok()) return R::Error(st);
+  Problem q = p;
+  cut_layers(items_per_stage, &q);
+  Status st = check_problem(q);
+  if (!st.ok()) return R::Error(st);
+  return R::Of(std::move(q));
+}
+
+std::vector<int> items_per_stage(const Problem& p) {
+  std::vector<int> out;
+  for (const StageSpec& st : p.stages) out.push_back(st.num_layers);
+  return out;
+}
+
+std::vector<int> transformer_layers_per_stage(const Problem& p) {
+  std::vector<int> out = items_per_stage(p);
+  if (p.layers.empty()) return out;
+  if (p.layers.front().kind == LayerKind::kEmbedding) out.front()--;
+  if (p.layers.back().kind == LayerKind::kHead) out.back()--;
+  return out;
+}
 
 Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_device) {
   if (chunks_per_device < 1 || chunks_per_device > 64 || (placement == Placement::kLinear && chunks_per_device != 1) ||
@@ -346,7 +486,9 @@ Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_de
     if (to > static_cast<int>(p.layers.size()))
       return Result<Problem>::Error(Status::Invalid("cannot cut " + std::to_string(p.layers.size()) + " layers into " +
                                                     std::to_string(to) + " stages"));
-    cut_layers(balanced_layer_counts(p.layers, to), &q);
+    Result<std::vector<int>> counts = partition_counts(q, p.partition);
+    if (!counts.ok()) return Result<Problem>::Error(counts.status);
+    cut_layers(counts.value, &q);
     Status st = check_problem(q);
     if (!st.ok()) return Result<Problem>::Error(st);
     return Result<Problem>::Of(std::move(q));

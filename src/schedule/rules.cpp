@@ -12,7 +12,8 @@ bool ScheduleRules::allows_placement(Placement placement, int chunks) const {
 }
 
 bool ScheduleRules::any() const {
-  return !placements.empty() || chunks_per_device > 0 || !offload || !recompute || whole_stage_recompute;
+  return !placements.empty() || chunks_per_device > 0 || !offload || !recompute || whole_stage_recompute ||
+         fixed_partition;
 }
 
 std::string ScheduleRules::describe() const {
@@ -27,6 +28,7 @@ std::string ScheduleRules::describe() const {
   if (!offload) add("no offload");
   if (!recompute) add("no recompute");
   if (recompute && whole_stage_recompute) add("whole-stage recompute");
+  if (fixed_partition) add("partition fixed");
   return out;
 }
 

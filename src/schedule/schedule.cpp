@@ -12,8 +12,11 @@ const char* op_kind_name(OpKind k) { return kKindNames[static_cast<int>(k)]; }
 bool is_compute(OpKind k) { return k != OpKind::kOffload && k != OpKind::kReload; }
 
 Result<Problem> problem_for(const Problem& p, const Schedule& s) {
-  if (s.placement == p.placement && s.chunks_per_device == p.chunks_per_device) return Result<Problem>::Of(p);
-  return rechunk(p, s.placement, s.chunks_per_device);
+  Result<Problem> placed = s.placement == p.placement && s.chunks_per_device == p.chunks_per_device
+                               ? Result<Problem>::Of(p)
+                               : rechunk(p, s.placement, s.chunks_per_device);
+  if (!placed.ok() || s.items_per_stage.empty() || s.items_per_stage == items_per_stage(placed.value)) return placed;
+  return with_partition(placed.value, s.items_per_stage);
 }
 
 double op_duration_us(const Problem& p, const Op& op) {

@@ -1,0 +1,35 @@
+// The partition as a decision (private to the optimizer): layers moved between neighbouring
+// stages, the schedule kept. A move changes stage durations, bytes and device static memory,
+// never the schedule's ops, so the schedule re-simulates on the moved partition as it is.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "optimize/search.h"
+#include "optpipe/problem.h"
+#include "optpipe/schedule.h"
+
+namespace optpipe {
+
+struct [[nodiscard]] Repartitioned {
+  Problem problem;
+  Score score;
+  int moves = 0;  // items moved (0: no move improved the schedule)
+  int64_t evaluations = 0;
+};
+
+// Steepest descent over moves of one item from one stage to another, the stages between passing
+// one item on (every stage keeps at least one item): the best improving move each round, until none improves, max_evaluations simulations
+// are spent, or the deadline passes. p must have layers that match its stages (layers_match).
+Repartitioned improve_partition(const Problem& p, const Schedule& s, const Score& start, const Scoring& scoring,
+                                int64_t max_evaluations, std::chrono::steady_clock::time_point deadline);
+
+// No schedule of any partition of p's layers into its stages (same placement) finishes sooner:
+// every device's share of the total work (the least a device can be given is its stages' one
+// item each), the earliest a device can start (one forward item per earlier stage), one
+// microbatch's chain of every forward and input-gradient backward. For the span: the average
+// device's work and the heaviest item's.
+double partition_free_lower_bound(const Problem& p, Objective objective = Objective::kMakespan);
+
+}  // namespace optpipe
