@@ -1,4 +1,5 @@
-// optpipe export: a schedule as optpipe JSON, a Chrome trace, PyTorch's CSV or an SVG chart.
+// optpipe export: a schedule as optpipe JSON, a Chrome trace, PyTorch's CSV, an SVG chart, or its layout
+// and partition as Megatron-LM's or torchtitan's settings.
 #include <cstdio>
 
 #include "commands.h"
@@ -12,6 +13,7 @@ namespace {
 
 struct ExportArgs {
   std::string problem_path, schedule_path, family, format = "json", out_path;
+  std::string csv_path = "optpipe_schedule.csv";  // torchtitan: where the schedule CSV is
   int chunks = 0;
   bool drop_memory_ops = false;
 };
@@ -32,6 +34,10 @@ int run_export(const ExportArgs& a) {
     text = chrome_trace_json(p, s, t.value);
   } else if (a.format == "svg") {
     text = schedule_svg(p, s, t.value, what);
+  } else if (a.format == "megatron" || a.format == "torchtitan") {
+    Result<std::string> flags = a.format == "megatron" ? megatron_flags(p) : torchtitan_toml(p, a.csv_path);
+    if (!flags.ok()) return fail(Status::Invalid(what + ": " + flags.status.message));
+    text = flags.value;
   } else {  // csv
     Result<CsvExport> csv = pytorch_csv(s, a.drop_memory_ops);
     if (!csv.ok())
@@ -55,8 +61,11 @@ Command add_export_command(CLI::App& app) {
   c->add_option("--family,-f", a->family, "or: the schedule of this family");
   c->add_option("--chunks", a->chunks, "chunks per device, for interleaved families")->check(CLI::Range(1, 64));
   c->add_option("--format", a->format,
-                "json | trace (chrome://tracing, Perfetto) | csv (torch.distributed.pipelining) | svg")
-      ->check(CLI::IsMember({"json", "trace", "csv", "svg"}));
+                "json | trace (chrome://tracing, Perfetto) | csv (torch.distributed.pipelining) | svg | megatron "
+                "(Megatron-LM's pipeline layout flags) | torchtitan (its [parallelism] TOML)")
+      ->check(CLI::IsMember({"json", "trace", "csv", "svg", "megatron", "torchtitan"}));
+  c->add_option("--csv-path", a->csv_path,
+                "torchtitan: the schedule CSV's path to name (default optpipe_schedule.csv)");
   c->add_option("--out,-o", a->out_path, "output file (default: stdout)");
   c->add_flag("--drop-memory-ops", a->drop_memory_ops,
               "csv: leave out recomputes and offloads, which the CSV cannot express (the result may not fit)");

@@ -99,5 +99,32 @@ else
   echo "FAIL: the plain optimized schedule was refused: $(cat "$tmp/plain.err")"; failures=$((failures + 1))
 fi
 
+# The plan's partition as Megatron-LM's and torchtitan's settings, read back with their own
+# grammar: an interleaved plan with a free partition (uneven stages), a V-shape plan (torchtitan
+# only: Megatron refuses it), a linear one pinned with --layers-per-stage.
+"$bin" optimize -p "$tmp/p.json" --placement interleaved --max-evaluations 500 -q -o "$tmp/inter.json" > /dev/null
+# (V-shape puts the embedding and the head on device 0: 30 GiB is too little there.)
+/usr/bin/python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); [d.update(mem_budget_bytes=40<<30) for d in p["devices"]]; json.dump(p, open(sys.argv[2], "w"))' "$tmp/p.json" "$tmp/p40.json"
+"$bin" optimize -p "$tmp/p40.json" --placement vshape --max-evaluations 500 -q -o "$tmp/v.json" > /dev/null
+"$bin" optimize -p "$tmp/p.json" --layers-per-stage 7,9,9,7 --max-evaluations 500 -q -o "$tmp/pinned.json" > /dev/null
+/usr/bin/python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["items_per_stage"] == [8,9,9,8]' "$tmp/pinned.json" \
+  || { echo "FAIL: --layers-per-stage 7,9,9,7 is not the answer's partition"; failures=$((failures + 1)); }
+for s in inter pinned; do
+  "$bin" export -p "$tmp/p.json" -s "$tmp/$s.json" --format megatron -o "$tmp/$s.megatron" \
+    && /usr/bin/python3 "$here/check_framework_exports.py" megatron "$tmp/$s.megatron" "$tmp/$s.json" "$tmp/p.json" \
+    || { echo "FAIL: Megatron export of $s"; failures=$((failures + 1)); }
+done
+for s in inter v pinned; do
+  "$bin" export -p "$tmp/p.json" -s "$tmp/$s.json" --format torchtitan -o "$tmp/$s.toml" \
+    && /usr/bin/python3 "$here/check_framework_exports.py" torchtitan "$tmp/$s.toml" "$tmp/$s.json" "$tmp/p.json" \
+    || { echo "FAIL: torchtitan export of $s"; failures=$((failures + 1)); }
+done
+if "$bin" export -p "$tmp/p.json" -s "$tmp/v.json" --format megatron > /dev/null 2> "$tmp/v.err" || ! grep -q "V-shape" "$tmp/v.err"; then
+  echo "FAIL: a V-shape plan exported to Megatron without a refusal"; failures=$((failures + 1))
+else echo "ok   a V-shape plan is refused for Megatron, naming why"; fi
+if "$bin" optimize -p "$tmp/p.json" --layers-per-stage 7,9,9 -q > /dev/null 2> "$tmp/bad.err" || ! grep -q "3 counts for 4 devices" "$tmp/bad.err"; then
+  echo "FAIL: a wrong --layers-per-stage is not refused with its reason"; failures=$((failures + 1))
+else echo "ok   a wrong --layers-per-stage is refused"; fi
+
 if [ "$failures" -gt 0 ]; then echo "$failures export check(s) failed"; exit 1; fi
 echo "all export checks passed"

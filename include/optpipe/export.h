@@ -36,6 +36,16 @@ struct [[nodiscard]] CsvExport {
 };
 Result<CsvExport> pytorch_csv(const Schedule& s, bool drop_memory_ops = false);
 
+// The plan's layout and partition as Megatron-LM's flags: --pipeline-model-parallel-size, --num-layers
+// and --pipeline-model-parallel-layout (its grammar: E, t, L, "|", "(...)*n", "x*n"), plus the
+// first/last-stage flags where they say the same; a comment says what the flags cannot carry.
+// InvalidInput for a V-shape placement (Megatron's is looped) or a problem without its items.
+Result<std::string> megatron_flags(const Problem& p);
+// The same for torchtitan: a [parallelism] TOML snippet with module_fqns_per_model_part (Llama's
+// module names), the pipeline degree, the schedule name whose stage-to-rank style matches the
+// placement, and the schedule CSV's path.
+Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_path);
+
 // One SVG: per device a compute lane and its offload and reload lanes (ops coloured by kind,
 // microbatch on each box, later chunks lighter, idle time blank), a time axis in ms, then per
 // device the memory curve against the budget line with the peak marked.

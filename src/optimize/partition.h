@@ -20,8 +20,9 @@ struct [[nodiscard]] Repartitioned {
 };
 
 // Steepest descent over moves of one item from one stage to another, the stages between passing
-// one item on (every stage keeps at least one item): the best improving move each round, until none improves, max_evaluations simulations
-// are spent, or the deadline passes. p must have layers that match its stages (layers_match).
+// one item on (every stage keeps at least one item): the best improving move each round, until none improves,
+// max_evaluations simulations are spent, or the deadline passes. p must have layers that match its stages
+// (layers_match).
 Repartitioned improve_partition(const Problem& p, const Schedule& s, const Score& start, const Scoring& scoring,
                                 int64_t max_evaluations, std::chrono::steady_clock::time_point deadline);
 
