@@ -7,6 +7,7 @@
 
 #include "fixtures.h"
 #include "optimize/frugal.h"
+#include "optpipe/cost_model.h"
 #include "optpipe/families.h"
 #include "optpipe/optimize.h"
 #include "optpipe/simulate.h"
@@ -197,4 +198,112 @@ TEST(Property, AFrugalFitMeansAFittingAnswer) {
   }
   EXPECT_EQ(runs, 24 * 5);
   EXPECT_GT(frugal_fits, 60);
+}
+
+// The partition (issue: the partition is part of the plan). A schedule re-simulated on a moved
+// partition equals the problem rebuilt from scratch with that cut; pinned partitions stay put;
+// the bound over every partition is never above an optimized makespan on any partition.
+namespace {
+
+Problem llama_13b(int microbatches) {
+  Result<Problem> p = build_problem(find_model("llama2-13b").value, find_cluster("8xa100-40gb").value,
+                                    {.num_microbatches = microbatches});
+  OPTPIPE_CHECK(p.ok(), p.status.message);
+  return p.value;
+}
+
+std::vector<int> random_counts(std::mt19937& rng, int items, int stages) {
+  std::vector<int> counts(stages, 1);
+  for (int k = stages; k < items; k++) counts[rng() % stages]++;
+  return counts;
+}
+
+}  // namespace
+
+TEST(Partition, AMovedPartitionIsTheProblemCutThatWay) {
+  const Problem p = llama_13b(16);
+  std::mt19937 rng(25);
+  Result<FamilySchedule> fs = build_family(*find_family("zb-v"), p);
+  ASSERT_TRUE(fs.ok());
+  for (int trial = 0; trial < 20; trial++) {
+    const std::vector<int> counts =
+        random_counts(rng, static_cast<int>(p.layers.size()), fs.value.problem.num_stages());
+    Result<Problem> moved = with_partition(fs.value.problem, counts);
+    ASSERT_TRUE(moved.ok()) << moved.status.message;
+    // From scratch: the cost model's items, cut straight into these counts on the V-shape.
+    Problem fresh = p;
+    fresh.placement = Placement::kVShape;
+    fresh.chunks_per_device = 2;
+    cut_layers(counts, &fresh);
+    SimResult a = simulate(moved.value, fs.value.schedule), b = simulate(fresh, fs.value.schedule);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a.timeline.makespan_us, b.timeline.makespan_us);
+    for (int d = 0; d < p.num_devices; d++)
+      EXPECT_EQ(a.timeline.devices[d].peak_bytes, b.timeline.devices[d].peak_bytes);
+    // The schedule names its partition, and problem_for reads it back on it.
+    Schedule named = fs.value.schedule;
+    named.items_per_stage = counts;
+    Result<Problem> read = problem_for(p, named);
+    ASSERT_TRUE(read.ok());
+    EXPECT_EQ(items_per_stage(read.value), counts);
+  }
+  EXPECT_FALSE(with_partition(p, std::vector<int>(8, 1)).ok());     // sums to 8, not 42
+  EXPECT_FALSE(with_partition(p, std::vector<int>(7, 6)).ok());     // 7 counts for 8 stages
+  EXPECT_FALSE(with_partition(p, {0, 7, 5, 5, 5, 5, 5, 10}).ok());  // an empty stage
+}
+
+TEST(Partition, PracticeRulesCutAsTheFrameworksDo) {
+  Problem p = llama_13b(16);  // 40 layers on 8 stages
+  auto layers = [&](PartitionRule rule) {
+    Result<std::vector<int>> counts = partition_counts(p, rule);
+    OPTPIPE_CHECK(counts.ok(), counts.status.message);
+    Problem q = p;
+    for (int s = 0; s < 8; s++) q.stages[s].num_layers = counts.value[s];
+    return transformer_layers_per_stage(q);
+  };
+  EXPECT_EQ(layers(PartitionRule::kEven), std::vector<int>(8, 5));
+  // 42 counting the embedding and head as a layer each, 42 / 8 = 5 a stage, the first 42 % 8 = 2
+  // stages one more (torchtitan's _generate_llm_fqn_per_model_part); the first and last stage
+  // hold the embedding and head in place of a layer.
+  EXPECT_EQ(layers(PartitionRule::kEvenAccounted), (std::vector<int>{5, 6, 5, 5, 5, 5, 5, 4}));
+  p.num_microbatches = 8;
+  Result<Problem> v = rechunk(p, Placement::kVShape, 2);
+  ASSERT_TRUE(v.ok());
+  Problem devices = p;
+  devices.partition = PartitionRule::kDevices;
+  Result<Problem> vd = rechunk(devices, Placement::kVShape, 2);
+  ASSERT_TRUE(vd.ok());
+  // The devices' cut evens the devices' work at least as well as the stages' cut.
+  auto busiest = [](const Problem& q) {
+    double most = 0;
+    for (int d = 0; d < q.num_devices; d++) most = std::max(most, q.work_us(d));
+    return most;
+  };
+  EXPECT_LE(busiest(vd.value), busiest(v.value));
+  EXPECT_LT(busiest(vd.value), busiest(v.value) * 0.99);  // here strictly: device 0 holds both ends
+}
+
+TEST(Partition, PinnedPartitionsStayAndTheFreeBoundHolds) {
+  const Problem base = llama_13b(8);
+  std::mt19937 rng(26);
+  for (int trial = 0; trial < 4; trial++) {
+    const std::vector<int> counts = random_counts(rng, static_cast<int>(base.layers.size()), 8);
+    Result<Problem> pinned = with_partition(base, counts);
+    ASSERT_TRUE(pinned.ok());
+    Problem q = pinned.value;
+    for (DeviceSpec& d : q.devices) d.mem_budget_bytes = 80ll << 30;
+    OptimizeOptions o = by_evaluations(300, static_cast<uint64_t>(trial), 1);
+    o.rules.fixed_partition = true;
+    o.rules.placements = {Placement::kLinear};
+    OptimizeResult fixed = optimize(q, o);
+    ASSERT_TRUE(fixed.status.ok()) << fixed.status.message;
+    ASSERT_NE(fixed.outcome, Outcome::kInfeasible);
+    EXPECT_EQ(items_per_stage(fixed.problem), counts);  // no move, repair or start changed it
+    // The free bound holds for every partition: below this optimized makespan on this one.
+    o.rules.fixed_partition = false;
+    OptimizeResult free = optimize(q, o);
+    ASSERT_TRUE(free.status.ok());
+    EXPECT_LE(free.lower_bound_us, fixed.timeline.makespan_us) << "trial " << trial;
+    EXPECT_LE(free.timeline.makespan_us, fixed.timeline.makespan_us * (1 + 1e-9) + 1) << "free no worse than pinned";
+  }
 }

@@ -84,7 +84,8 @@ Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_pat
     parts += "  [";
     std::string names;
     if (s == 0) names += "\"tok_embeddings\"";
-    for (int k = 0; k < layers[s]; k++) names += (names.empty() ? "\"layers." : ", \"layers.") + std::to_string(next++) + "\"";
+    for (int k = 0; k < layers[s]; k++)
+      names += (names.empty() ? "\"layers." : ", \"layers.") + std::to_string(next++) + "\"";
     if (s == S - 1) names += names.empty() ? "\"norm\", \"output\"" : ", \"norm\", \"output\"";
     parts += names + "]" + (s + 1 < S ? "," : "") + "\n";
   }
