@@ -51,6 +51,9 @@ enum class Tuning {
   kRecompute,  // + Megatron's selective recompute: on each stage the fewest layers that fit
                //   (built.problem's recompute_layers, with_recompute_layers)
   kOffload,    // + PipeOffload's uniform offload ratio: the smallest in tenths that fits
+  kPartition,  // on a practitioners' partition (Megatron's even split, or with the embedding and
+               //   head counted as layers: torchtitan's default), the faster that fits, when it
+               //   fits where the balanced cut does not or beats it (a problem from the cost model)
 };
 
 // Every family on one problem, each validated (not against the budget) and simulated.

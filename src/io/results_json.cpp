@@ -79,6 +79,11 @@ nlohmann::json tuning_json(const FamilyRun& run) {
       j["tuning"] = "offload";
       j["offload_fraction"] = run.offload_fraction;
       break;
+    case Tuning::kPartition:
+      j["tuning"] = "partition";
+      j["partition"] = partition_rule_name(run.built.problem.partition);
+      j["layers_per_stage"] = transformer_layers_per_stage(run.built.problem);
+      break;
   }
   return j;
 }
