@@ -113,6 +113,8 @@ void rule_out(const ScheduleRules& rules, std::vector<FamilyRun>* runs) {
     if (!run.status.ok()) continue;
     if (Status st = check_rules(rules, run.built.problem, run.built.schedule); !st.ok())
       run.status = Status::Invalid("ruled out: " + st.message);
+    else if (rules.fixed_partition && run.tuning == Tuning::kPartition)
+      run.status = Status::Invalid("ruled out: the partition is fixed");
   }
 }
 
