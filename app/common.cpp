@@ -173,7 +173,7 @@ Result<Timeline> checked_timeline(const FamilySchedule& fs, const std::string& w
 
 std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions& sim, OptimizeOptions options,
                                               OptimizeResult* r) {
-  if (Status st = check_static_memory(p); !st.ok()) {  // before the families, which cannot fit either
+  if (Status st = static_memory_status(p, options.rules); !st.ok()) {  // before the families, which cannot fit either
     r->status = st;
     return {};
   }
@@ -248,7 +248,7 @@ std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult
     text += "  the frugal schedule needs            " + bytes_per_device(r.frugal_budget_bytes) + "  (" +
             r.frugal_label + ": one microbatch in flight; at or above this optpipe always answers)\n";
   text += "  no schedule can fit in less than     " + bytes_per_device(r.budget_lower_bound_bytes) +
-          "  (proven, over the placements searched)\n";
+          "  (proven, over the placements and partitions searched)\n";
   std::vector<std::string> helps;
   if (!r.frugal_budget_bytes.empty())
     helps.push_back("a budget of " +

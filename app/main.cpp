@@ -23,7 +23,7 @@ int exec_runtime(int argc, char** argv) {
     return fail(Status::Invalid(std::string("`optpipe ") + argv[1] +
                                 "` needs the LibTorch runtime, which this build lacks (" + path +
                                 " not found): install libtorch-dev, libgloo-dev and libopenblas0-pthread "
-                                "(./scripts/setup.sh does) and build again"));
+                                "(./scripts/setup.sh --full does) and build again"));
   std::vector<char*> args(argv, argv + argc);
   args[0] = path.data();
   args.push_back(nullptr);

@@ -29,7 +29,7 @@ esac
 
 clang_format=${CLANG_FORMAT:-clang-format}
 if ! command -v "$clang_format" >/dev/null 2>&1; then
-  echo "check_format: $clang_format not found; install it with ./scripts/setup.sh" \
+  echo "check_format: $clang_format not found; install it with ./scripts/setup.sh --full" \
     "(or: sudo apt-get install clang-format)" >&2
   exit 2
 fi

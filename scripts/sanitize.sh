@@ -2,7 +2,7 @@
 # The sanitizer check: builds optpipe and its unit tests with -fsanitize=address,undefined into
 # build-asan/ (no runtime, Python module or benchmarks), runs the unit tests, the regression
 # inputs and the fuzzer's short mode. Any sanitizer report fails it. CI runs it after the tests.
-#   ./scripts/sanitize.sh            # after ./scripts/setup.sh
+#   ./scripts/sanitize.sh            # after ./scripts/setup.sh --full
 #   FUZZ_CASES=3000 ./scripts/sanitize.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,29 +1,36 @@
 #!/usr/bin/env bash
 # Installs what optpipe needs from Debian's archive (only what is missing), then configures and
 # builds into build/. Safe to run again: it does nothing that is already done.
-#   --test   also install what the tests need (Chromium, to render the HTML report headless)
-#   --cuda   also build the runtime's GPU path into build-cuda/, against PyPI's CUDA LibTorch
+#   (no option)  what `optpipe plan` needs, and only that: the solvers and the command-line tool
+#                (the first plan within a few minutes of a fresh clone)
+#   --full   also the runtime (LibTorch), the Python module, the tests and the benchmarks
+#   --test   --full, and what the tests need besides (Chromium, to render the HTML report headless)
+#   --cuda   --full, and the runtime's GPU path into build-cuda/, against PyPI's CUDA LibTorch
 #            (torch $OPTPIPE_TORCH_VERSION, default 2.11.0, installed into build-cuda/torch-venv:
 #            a multi-GB download, which is why it is not part of the default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+with_all=0
 with_tests=0
 with_cuda=0
 for arg in "$@"; do
   case "$arg" in
-    --test) with_tests=1 ;;
-    --cuda) with_cuda=1 ;;
-    *) echo "setup: unknown option $arg (--test, --cuda)" >&2; exit 2 ;;
+    --full) with_all=1 ;;
+    --test) with_all=1; with_tests=1 ;;
+    --cuda) with_all=1; with_cuda=1 ;;
+    *) echo "setup: unknown option $arg (--full, --test, --cuda)" >&2; exit 2 ;;
   esac
 done
 
+packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev coinor-libcbc-dev libgecode-dev)
 # libtorch-dev, libgloo-dev (c10d gloo headers) and libopenblas0-pthread (LibTorch's BLAS; without
 # it matrix products run ~30× slower) are for the runtime, optpipe-runtime; clang-format (14 on
 # Debian 12) is for scripts/check_format.sh.
-packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libbenchmark-dev
-          pybind11-dev python3-dev coinor-libcbc-dev libgecode-dev libtorch-dev libgloo-dev libopenblas0-pthread
-          clang-format)
+if [ $with_all = 1 ]; then
+  packages+=(libgtest-dev libbenchmark-dev pybind11-dev python3-dev libtorch-dev libgloo-dev libopenblas0-pthread
+             clang-format)
+fi
 if [ $with_tests = 1 ]; then
   packages+=(chromium)
 fi
@@ -47,8 +54,18 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >&2
-cmake --build build -j "$jobs" >&2
+if [ $with_all = 1 ]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPTPIPE_BUILD_TESTS=ON -DOPTPIPE_BUILD_BENCH=ON \
+        -DOPTPIPE_BUILD_PYTHON=ON -DOPTPIPE_BUILD_RUNTIME=ON >&2
+  cmake --build build -j "$jobs" >&2
+else
+  started=$(date +%s)
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPTPIPE_BUILD_TESTS=OFF -DOPTPIPE_BUILD_BENCH=OFF \
+        -DOPTPIPE_BUILD_PYTHON=OFF -DOPTPIPE_BUILD_RUNTIME=OFF >&2
+  cmake --build build -j "$jobs" --target optpipe_cmd >&2
+  echo "setup: built build/optpipe in $(( $(date +%s) - started )) s; ./scripts/setup.sh --full (or the test" \
+       "command) adds the runtime (optpipe run, profile), the Python module, the tests and benchmarks" >&2
+fi
 
 if [ $with_cuda = 1 ]; then
   venv=build-cuda/torch-venv

@@ -119,7 +119,8 @@ check "plan's schedule on plan's problem fits" 0 "fits the budget" -- "$bin" sim
 check "plan unknown model" 1 "unknown model" -- "$bin" plan --model gpt-9000
 check "plan bad budget" 1 "--budget" -- "$bin" plan --budget lots
 check "plan bad cluster" 1 "unknown GPU" -- "$bin" plan --cluster 8xtpu
-check "plan static memory over budget" 3 "device 0's static memory alone (parameters, gradients, optimizer state) is 67.66 GiB" -- "$bin" plan --model llama2-70b --cluster 16xh100 --budget 60GiB -q
+check "plan static memory over budget, any partition" 3 "is 1027.85 GiB, above the devices' budgets together, 960.00 GiB, whatever the partition" -- "$bin" plan --model llama2-70b --cluster 16xh100 --budget 60GiB -q
+check "plan static memory over budget, pinned partition" 3 "device 0's static memory alone (parameters, gradients, optimizer state) is 67.66 GiB" -- "$bin" plan --model llama2-70b --cluster 16xh100 --budget 60GiB --partition even -q
 check "plan too small a budget" 3 "nothing found fits" -- "$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 27.5GiB -q --max-evaluations 2000
 
 # Every row's bound holds for that row: families over budget are bound by the budget-free bound, so

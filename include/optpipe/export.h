@@ -27,8 +27,10 @@ std::string chrome_trace_json(const Problem& p, const Schedule& s, const Timelin
 
 // PyTorch torch.distributed.pipelining CSV, compute_only form (torch ≥ 2.6 action names): one
 // row per rank, one cell per action "{stage}{F|I|W|B}{microbatch}", I = input-gradient B,
-// B = fused BW. Offloads, reloads and recomputes have no action there, and without them the
-// schedule may overflow its budget: such a schedule is refused (InvalidInput naming the first of
+// B = fused BW, for _PipelineScheduleRuntime._load_csv(path, "compute_only"). Microbatches are
+// renumbered so that the last stage's k-th forward is microbatch k (that runtime reads each loss
+// back in forward order), and `notes` says so when it moved any. Offloads, reloads and recomputes have no action there,
+// and without them the schedule may overflow its budget: such a schedule is refused (InvalidInput naming the first of
 // them) unless `drop_memory_ops`, and then `notes` says what was left out (empty when nothing was).
 struct [[nodiscard]] CsvExport {
   std::string csv;

@@ -113,9 +113,15 @@ struct OptimizeStats {
 };
 
 // Infeasible, naming the device, its static bytes and what would help, when some device's static
-// memory alone passes its budget: no placement or schedule changes static memory, so optimize()
-// answers so at once, before any search.
+// memory alone passes its budget: no schedule changes it, so optimize() answers so at once when it
+// holds on every placement searched and the partition is fixed (see below when it is free).
 Status check_static_memory(const Problem& p);
+
+// Whether static memory alone rules out every schedule the rules allow: with a fixed partition,
+// check_static_memory on every placement searched; with a free one (static memory moves with the
+// layers), the model's static bytes against the devices' budgets together. optimize() answers
+// with it before any search, and plan and report before building the families.
+Status static_memory_status(const Problem& p, const ScheduleRules& rules);
 
 // A run's figures as a baseline (an empty one for nullptr).
 OptimizeStats::Baseline baseline_of(const FamilyRun* run, Objective objective);

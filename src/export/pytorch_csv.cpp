@@ -1,9 +1,38 @@
+#include <algorithm>
+
 #include "optpipe/export.h"
 
 namespace optpipe {
 
+namespace {
+
+// torch's _PipelineScheduleRuntime keeps the last stage's losses in the order its forwards run
+// and reads them back by microbatch index: the last stage's k-th forward must be microbatch k.
+// Microbatches are interchangeable, so they are renumbered that way on every rank; by CSV id.
+std::vector<int> loss_order(const Schedule& s) {
+  int last_stage = -1, num_microbatches = 0;
+  for (const DeviceSchedule& ds : s.devices)
+    for (const Op& op : ds.compute) {
+      last_stage = std::max(last_stage, op.stage);
+      num_microbatches = std::max(num_microbatches, op.microbatch + 1);
+    }
+  std::vector<int> id(num_microbatches, -1);
+  int next = 0;
+  for (const DeviceSchedule& ds : s.devices)
+    for (const Op& op : ds.compute)
+      if (op.kind == OpKind::kF && op.stage == last_stage && id[op.microbatch] < 0) id[op.microbatch] = next++;
+  for (int& i : id)
+    if (i < 0) i = next++;  // not run on the last stage (not a valid schedule; kept as it is)
+  return id;
+}
+
+}  // namespace
+
 Result<CsvExport> pytorch_csv(const Schedule& s, bool drop_memory_ops) {
   CsvExport out;
+  const std::vector<int> id = loss_order(s);
+  int renumbered = 0;
+  for (size_t i = 0; i < id.size(); i++) renumbered += id[i] != static_cast<int>(i);
   int recomputes = 0, offloads = 0;
   std::string named;  // the first three left out
   auto drop = [&](const Op& op) {
@@ -25,7 +54,7 @@ Result<CsvExport> pytorch_csv(const Schedule& s, bool drop_memory_ops) {
           continue;
       }
       if (!row.empty()) row += ",";
-      row += std::to_string(op.stage) + action + std::to_string(op.microbatch);
+      row += std::to_string(op.stage) + action + std::to_string(id[op.microbatch]);
     }
     for (const Op& op : ds.offloads) {
       offloads++;
@@ -39,6 +68,16 @@ Result<CsvExport> pytorch_csv(const Schedule& s, bool drop_memory_ops) {
         "PyTorch's CSV cannot express the schedule's " + std::to_string(dropped) + " recompute/offload op(s) (" +
         named + (dropped > 3 ? " and " + std::to_string(dropped - 3) + " more" : "") +
         "), and without them it may not fit its budget"));
+  if (renumbered > 0) {
+    std::string map;
+    for (size_t i = 0; i < id.size(); i++)
+      if (id[i] != static_cast<int>(i))
+        map += (map.empty() ? "" : ", ") + std::to_string(i) + "→" + std::to_string(id[i]);
+    out.notes.push_back(
+        "microbatches renumbered on every rank so that the last stage's k-th forward is microbatch k "
+        "(torch's runtime reads each loss back in that order): " +
+        map);
+  }
   const std::string unfit = "; without them the schedule may not fit its budget";
   if (recomputes > 0)
     out.notes.push_back(std::to_string(recomputes) +

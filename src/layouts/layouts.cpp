@@ -45,7 +45,7 @@ std::optional<Problem> layout_problem(const ModelSpec& m, const ClusterSpec& clu
   plan.dp = row->dp;
   Result<Problem> p = build_problem(m, cluster, plan);
   if (p.ok())
-    row->status = check_static_memory(p.value);
+    row->status = static_memory_status(p.value, {});
   else
     row->status = p.status;
   if (!row->status.ok()) return std::nullopt;

@@ -169,6 +169,26 @@ Status check_static_memory(const Problem& p) {
   return Status::Ok();
 }
 
+Status static_memory_status(const Problem& p, const ScheduleRules& rules) {
+  if (!rules.fixed_partition && layers_match(p)) {  // static memory moves with the layers
+    double total = 0, room = 0;
+    for (const LayerSpec& l : p.layers) total += static_cast<double>(l.static_bytes);
+    for (const DeviceSpec& d : p.devices) room += static_cast<double>(d.mem_budget_bytes);
+    if (total <= room) return Status::Ok();
+    return Status::Infeasible(
+        "no schedule can fit: the model's static memory (parameters, gradients, optimizer state) is " +
+        format_bytes(static_cast<int64_t>(total)) + ", above the devices' budgets together, " +
+        format_bytes(static_cast<int64_t>(room)) +
+        ", whatever the partition; tensor parallelism, a distributed optimizer, more devices or a larger budget "
+        "would help");
+  }
+  Status own = check_static_memory(p);
+  if (own.ok()) return own;
+  for (const Frugal& f : frugal_schedules(p, rules))  // its placements are the ones searched
+    if (check_static_memory(f.built.problem).ok()) return Status::Ok();
+  return own;
+}
+
 OptimizeStats::Baseline baseline_of(const FamilyRun* run, Objective objective) {
   if (!run) return {};
   return {.label = run->label,
@@ -191,14 +211,9 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // The frugal schedules first: what the leanest of them needs is the budget above which the
   // answer always fits (it is a start, and nothing after it loses a fitting schedule).
   const std::vector<Frugal> frugal = frugal_schedules(p, options.rules);
-  // Static memory follows the layers: refused at once only when it passes the budget on every
-  // placement searched (the problem's own placement when there is none to re-cut).
-  if (Status st = check_static_memory(p); !st.ok() && std::none_of(frugal.begin(), frugal.end(), [](const Frugal& f) {
-        return check_static_memory(f.built.problem).ok();
-      })) {
-    out.status = st;
-    return out;
-  }
+  const bool partition_free = !options.rules.fixed_partition && layers_match(p);
+  out.status = static_memory_status(p, options.rules);
+  if (!out.status.ok()) return out;
   if (const Frugal* lean = leanest(frugal, p)) {
     out.frugal_label = lean->name;
     out.frugal_budget_bytes = lean->need_bytes;
@@ -209,6 +224,14 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     const std::vector<int64_t> b = budget_lower_bound(f.built.problem);
     for (int d = 0; d < p.num_devices; d++)
       out.budget_lower_bound_bytes[d] = std::min(out.budget_lower_bound_bytes[d], b[d]);
+  }
+  if (partition_free) {  // ... and over every partition: a device holds at least one item
+    int64_t least_static = std::numeric_limits<int64_t>::max(), least_forward = least_static;
+    for (const LayerSpec& l : p.layers) {
+      least_static = std::min(least_static, l.static_bytes);
+      least_forward = std::min(least_forward, l.act_f_bytes);
+    }
+    for (int64_t& b : out.budget_lower_bound_bytes) b = std::min(b, least_static + least_forward);
   }
 
   // Every family that applies, then greedy schedules, each scored; then repairs of those that
