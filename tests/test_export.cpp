@@ -95,6 +95,29 @@ TEST(PytorchCsv, ActionsPerRank) {
   EXPECT_EQ(rc.csv.find('R'), std::string::npos);
 }
 
+// torch's _PipelineScheduleRuntime reads the last stage's losses in forward order: a schedule whose
+// last stage runs microbatch 1's forward before microbatch 0's is renumbered on every rank, and says so.
+TEST(PytorchCsv, LastStageForwardsInOrderAfterRenumbering) {
+  Schedule s;
+  s.devices.resize(2);
+  auto op = [](OpKind k, int stage, int mb) { return Op{k, stage, mb}; };
+  s.devices[0].compute = {op(OpKind::kF, 0, 0), op(OpKind::kF, 0, 1), op(OpKind::kBW, 0, 1), op(OpKind::kBW, 0, 0)};
+  s.devices[1].compute = {op(OpKind::kF, 1, 1), op(OpKind::kBW, 1, 1), op(OpKind::kF, 1, 0), op(OpKind::kBW, 1, 0)};
+  Result<CsvExport> exported = pytorch_csv(s);
+  ASSERT_TRUE(exported.ok()) << exported.status.message;
+  EXPECT_EQ(exported.value.csv, "0F1,0F0,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  ASSERT_EQ(exported.value.notes.size(), 1u);
+  EXPECT_NE(exported.value.notes[0].find("renumbered"), std::string::npos);
+  EXPECT_NE(exported.value.notes[0].find("0→1, 1→0"), std::string::npos) << exported.value.notes[0];
+  // In order already: nothing moves, no note.
+  std::swap(s.devices[1].compute[0], s.devices[1].compute[2]);
+  std::swap(s.devices[1].compute[1], s.devices[1].compute[3]);
+  Result<CsvExport> kept = pytorch_csv(s);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(kept.value.notes.empty());
+  EXPECT_EQ(kept.value.csv, "0F0,0F1,0B1,0B0\n1F0,1B0,1F1,1B1\n");
+}
+
 TEST(Svg, DrawsEveryOpAndTheMemoryCurves) {
   Built b = build("zb-h1");
   const std::string svg = schedule_svg(b.fs.problem, b.fs.schedule, b.t, "zb-h1");
