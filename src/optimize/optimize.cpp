@@ -121,11 +121,12 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, doubl
 
 // After the race: the winner's partition improved by moving layers between stages, the order
 // searched again on each moved partition, until neither improves, the deadline, or
-// max_evaluations candidates (with OptimizeOptions::max_evaluations, so that runs repeat).
+// max_evaluations candidates.
 void search_partition(const OptimizeOptions& options, int64_t max_evaluations, Clock::time_point deadline,
                       const NoiseSamples* noise, Problem* problem, SearchResult* searched, OptimizeStats* stats) {
   const Scoring scoring{options.objective, noise};
-  if (options.max_evaluations == 0) max_evaluations = std::numeric_limits<int64_t>::max();
+  // Until the deadline, unless the run has a budget (repeatable runs; --exact, whose models get the time left).
+  if (options.max_evaluations == 0 && !options.exact) max_evaluations = std::numeric_limits<int64_t>::max();
   const int64_t slice =
       std::clamp<int64_t>(static_cast<int64_t>(2e7 / std::max<size_t>(searched->best.num_ops(), 1)), 50, 20000);
   int64_t spent = 0;
