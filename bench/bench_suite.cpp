@@ -317,6 +317,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 2.0));
   app.add_option("--robust-samples", options.robust_samples, "optimizer: samples per candidate with --robust")
       ->check(CLI::Range(1, 1000));
+  app.add_flag("--fixed-partition", a.options.rules.fixed_partition,
+               "optimizer: keep each instance's layer partition (the balanced cut) instead of searching it");
   app.add_option("--timing", a.timing, "any (the optimizer's default) or exact")
       ->check(CLI::IsMember({"any", "exact"}));
   app.add_option("--problems-out", a.problems_dir,
