@@ -265,7 +265,7 @@ std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult
 }
 
 std::string partition_line(const OptimizeResult& r) {
-  if (r.problem.layers.empty() || !layers_match(r.problem)) return "";
+  if (!layers_match(r.problem)) return "";
   const std::vector<int> layers = transformer_layers_per_stage(r.problem);
   std::string counts;
   for (size_t s = 0; s < layers.size(); s++) {

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 
 #include "optpipe/families.h"
 #include "optpipe/files.h"
@@ -18,21 +17,6 @@
 
 using namespace optpipe;
 using json = nlohmann::json;
-
-namespace {
-
-// Per device: static + 1F1B's activation peak on the instance's own placement.
-std::vector<int64_t> one_f_one_b_peak(const Problem& p) {
-  Result<FamilySchedule> fs = build_family(*find_family("1f1b"), p);
-  OPTPIPE_CHECK(fs.ok(), fs.status.message);
-  SimResult r = simulate(fs.value.problem, fs.value.schedule, {.op_times = false});
-  OPTPIPE_CHECK(r.ok(), r.status.message);
-  std::vector<int64_t> out;
-  for (const DeviceFigures& d : r.timeline.devices) out.push_back(d.peak_bytes);
-  return out;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"optpipe feasibility coverage: the optimizer on a ladder of budgets per suite instance"};
@@ -68,7 +52,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_coverage: %s: %s\n", name.c_str(), base.status.message.c_str());
       return 1;
     }
-    const std::vector<int64_t> top = one_f_one_b_peak(base.value);
+    const std::vector<int64_t> top = family_peak_bytes(base.value, "1f1b");
     // The proven minimum over the placements searched, from the optimizer itself (it is computed
     // before any search, so a short run gives it).
     OptimizeOptions probe = options;

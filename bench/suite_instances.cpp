@@ -57,17 +57,23 @@ Result<Problem> from_preset(const json& spec) {
   return build_problem(m.value, c.value, plan);
 }
 
+std::vector<int64_t> family_peak_bytes(const Problem& p, const char* family) {
+  Result<FamilySchedule> fs = build_family(*find_family(family), p);
+  OPTPIPE_CHECK(fs.ok(), fs.status.message);
+  SimResult r = simulate(fs.value.problem, fs.value.schedule, {.op_times = false});
+  OPTPIPE_CHECK(r.ok(), r.status.message);
+  std::vector<int64_t> out;
+  for (const DeviceFigures& d : r.timeline.devices) out.push_back(d.peak_bytes);
+  return out;
+}
+
 // The peak activation bytes over devices of the family the budget is named after.
 Status set_budget(const std::string& kind, Problem* p) {
   if (kind == "hbm") return Status::Ok();
   auto activation_peak = [&](const char* family) -> int64_t {
-    Result<FamilySchedule> fs = build_family(*find_family(family), *p);
-    OPTPIPE_CHECK(fs.ok(), fs.status.message);
-    SimResult r = simulate(fs.value.problem, fs.value.schedule, {.op_times = false});
-    OPTPIPE_CHECK(r.ok(), r.status.message);
+    const std::vector<int64_t> peaks = family_peak_bytes(*p, family);
     int64_t peak = 0;
-    for (int d = 0; d < p->num_devices; d++)
-      peak = std::max(peak, r.timeline.devices[d].peak_bytes - p->devices[d].static_bytes);
+    for (int d = 0; d < p->num_devices; d++) peak = std::max(peak, peaks[d] - p->devices[d].static_bytes);
     return peak;
   };
   int64_t activations;

@@ -14,6 +14,8 @@ namespace optpipe {
 Result<Problem> synthetic(const nlohmann::json& spec);
 // An instance from the cost model's presets ("model", "cluster", optional "microbatches").
 Result<Problem> from_preset(const nlohmann::json& spec);
+// Per device: the peak (static + activations + workspace) of that family's schedule on p.
+std::vector<int64_t> family_peak_bytes(const Problem& p, const char* family);
 // Budgets relative to what 1F1B (or ZB-H2) keeps alive: "tight" (half 1F1B's), "1f1b", "rich"
 // (ZB-H2's), or "hbm" (the problem's own).
 Status set_budget(const std::string& kind, Problem* p);

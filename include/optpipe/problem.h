@@ -199,6 +199,9 @@ Result<std::vector<int>> partition_counts(const Problem& p, PartitionRule rule);
 // static bytes follow; the schedule's ops do not change, so any schedule of p runs on it.
 // InvalidInput naming what is wrong (no layers, a count per stage, the sum).
 Result<Problem> with_partition(const Problem& p, const std::vector<int>& items_per_stage);
+// Every cut one item away from `items_per_stage`: one item from stage a to stage b (the stages
+// between keep their counts, each passing one item on), every stage keeping at least one.
+std::vector<std::vector<int>> one_item_moves(const std::vector<int>& items_per_stage);
 // Per stage: its items (stages[s].num_layers), and of those its transformer layers.
 std::vector<int> items_per_stage(const Problem& p);
 std::vector<int> transformer_layers_per_stage(const Problem& p);

@@ -16,8 +16,7 @@ namespace optpipe {
 namespace {
 
 Status need_items(const Problem& p, const char* framework) {
-  if (p.layers.empty() || !layers_match(p) || p.layers.front().kind != LayerKind::kEmbedding ||
-      p.layers.back().kind != LayerKind::kHead)
+  if (!layers_match(p) || p.layers.front().kind != LayerKind::kEmbedding || p.layers.back().kind != LayerKind::kHead)
     return Status::Invalid(std::string(framework) +
                            " export needs the model's items (embedding, layers, head) behind the stages: a problem "
                            "from plan (--problem-out), its stages unedited");

@@ -9,7 +9,6 @@ Repartitioned improve_partition(const Problem& p, const Schedule& s, const Score
                                 int64_t max_evaluations, std::chrono::steady_clock::time_point deadline) {
   Repartitioned out{p, start, 0, 0};
   std::vector<int> counts = items_per_stage(p);
-  const int S = p.num_stages();
   // Each round tries every move of one item from a stage a to a stage b (the stages between
   // keep their counts, each passing one item on) and takes the best; a round that improves
   // nothing ends it.
@@ -18,22 +17,17 @@ Repartitioned improve_partition(const Problem& p, const Schedule& s, const Score
     std::vector<int> best_counts;
     Problem best_problem;
     Score best_score = out.score;
-    for (int a = 0; a < S; a++)
-      for (int b = 0; b < S; b++) {
-        if (a == b || counts[a] < 2) continue;
-        if (out.evaluations >= max_evaluations || std::chrono::steady_clock::now() > deadline) return out;
-        std::vector<int> moved = counts;
-        moved[a]--;
-        moved[b]++;
-        Result<Problem> q = with_partition(out.problem, moved);
-        if (!q.ok()) continue;  // e.g. a stage's times past the limits
-        Score sc;
-        out.evaluations++;
-        if (!score_schedule(q.value, s, &sc, scoring) || !(sc < best_score)) continue;
-        best_score = sc;
-        best_counts = std::move(moved);
-        best_problem = std::move(q.value);
-      }
+    for (std::vector<int>& moved : one_item_moves(counts)) {
+      if (out.evaluations >= max_evaluations || std::chrono::steady_clock::now() > deadline) return out;
+      Result<Problem> q = with_partition(out.problem, moved);
+      if (!q.ok()) continue;  // e.g. a stage's times past the limits
+      Score sc;
+      out.evaluations++;
+      if (!score_schedule(q.value, s, &sc, scoring) || !(sc < best_score)) continue;
+      best_score = sc;
+      best_counts = std::move(moved);
+      best_problem = std::move(q.value);
+    }
     if (!best_counts.empty()) {
       counts = std::move(best_counts);
       out.problem = std::move(best_problem);

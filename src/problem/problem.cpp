@@ -344,18 +344,12 @@ void balance_devices(const Problem& p, std::vector<int>* counts) {
   auto current = measure(*counts);
   // Every accepted move lowers (busiest, squares) strictly, so no cut repeats; the cap bounds it.
   for (int step = 0; step < 100000; step++) {
-    // One item from stage a to stage b: the stages between keep their counts, each passing one on.
     std::vector<int> best;
     auto best_measure = current;
-    for (int a = 0; a < S; a++)
-      for (int b = 0; b < S; b++) {
-        if (a == b || (*counts)[a] < 2) continue;
-        std::vector<int> moved = *counts;
-        moved[a]--;
-        moved[b]++;
-        const auto m = measure(moved);
-        if (m < best_measure) best_measure = m, best = std::move(moved);
-      }
+    for (std::vector<int>& moved : one_item_moves(*counts)) {
+      const auto m = measure(moved);
+      if (m < best_measure) best_measure = m, best = std::move(moved);
+    }
     if (best.empty()) return;
     *counts = std::move(best);
     current = best_measure;
@@ -453,6 +447,19 @@ Result<Problem> with_partition(const Problem& p, const std::vector<int>& items_p
   Status st = check_problem(q);
   if (!st.ok()) return R::Error(st);
   return R::Of(std::move(q));
+}
+
+std::vector<std::vector<int>> one_item_moves(const std::vector<int>& items_per_stage) {
+  const int S = static_cast<int>(items_per_stage.size());
+  std::vector<std::vector<int>> out;
+  for (int a = 0; a < S; a++)
+    for (int b = 0; b < S; b++) {
+      if (a == b || items_per_stage[a] < 2) continue;
+      out.push_back(items_per_stage);
+      out.back()[a]--;
+      out.back()[b]++;
+    }
+  return out;
 }
 
 std::vector<int> items_per_stage(const Problem& p) {
