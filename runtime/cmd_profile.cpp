@@ -55,7 +55,7 @@ int cmd_profile(ProfileArgs a, const ModelArgs& model, const std::vector<std::st
   if (!a.budget.empty() && !parse_bytes(a.budget, &a.spec.mem_budget_bytes))
     return usage_error("--budget: expected a size such as 64MiB, got \"" + a.budget + "\"", kTool);
   if (Status st = check_profile_spec(a.spec); !st.ok()) return fail(st, kTool);
-  Result<GptConfig> cfg = model.config(a.spec.num_microbatches);
+  Result<GptConfig> cfg = model.config(a.spec.num_microbatches, a.spec.num_devices * a.spec.chunks_per_device, nullptr);
   if (!cfg.ok()) return fail(cfg.status, kTool);
   at::set_num_threads(model.threads);
 

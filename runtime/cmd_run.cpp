@@ -2,6 +2,7 @@
 // one of them), and set what the ranks measured beside the simulator's prediction.
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -172,6 +173,12 @@ Result<std::vector<RankReport>> run_ranks(const std::vector<std::string>& argv, 
   return R::Of(std::move(reports));
 }
 
+std::vector<int> layers_per_chunk(const GptConfig& cfg, const Problem& p) {
+  std::vector<int> out;
+  for (const ChunkLayout& c : chunk_layouts(cfg, p.num_stages())) out.push_back(c.num_layers);
+  return out;
+}
+
 // The run's heading, its losses and the table of measured against predicted figures.
 void print_comparison(FILE* out, const RunComparison& c, const Problem& p, const GptConfig& cfg, const RunArgs& a,
                       const ModelArgs& model, const std::string& what, double file_predicted_us) {
@@ -181,6 +188,8 @@ void print_comparison(FILE* out, const RunComparison& c, const Problem& p, const
           : fmt::format("c10d gloo, CPU, {} thread{} each", model.threads, model.threads == 1 ? "" : "s");
   std::fprintf(out, "%s on %d ranks (%s): %d microbatches of %d × %d tokens, %d iterations\n", what.c_str(),
                p.num_devices, where.c_str(), p.num_microbatches, cfg.microbatch_size, cfg.model.seq_len, a.iterations);
+  std::fprintf(out, "transformer layers per chunk: %s\n",
+               fmt::format("{}", fmt::join(layers_per_chunk(cfg, p), ",")).c_str());
   std::string losses;
   for (double l : c.losses) losses += (losses.empty() ? "" : " → ") + fmt::format("{:.4f}", l);
   std::fprintf(out, "loss: %s\n", losses.c_str());
@@ -281,6 +290,7 @@ int launch_and_compare(const RunArgs& a, const ModelArgs& model, const FamilySch
   }
   if (!a.json_path.empty()) {
     json j = run_json(a, what, p, c, file_predicted_us);
+    j["layers_per_chunk"] = layers_per_chunk(cfg, p);
     if (a.check) j["check"] = check_json;
     Status st = emit(a.json_path, j.dump(2) + "\n");
     if (!st.ok()) return fail(st, kTool);
@@ -300,7 +310,8 @@ int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::str
   // The runtime recomputes whole stages for the microbatches a schedule's R ops name, not layers.
   if (Status st = check_no_recompute_layers(fs.value.problem); !st.ok())
     return fail(Status::Invalid(st.message + " (the runtime recomputes with R ops only)"), kTool);
-  Result<GptConfig> cfg = model.config(fs.value.problem.num_microbatches);
+  Result<GptConfig> cfg =
+      model.config(fs.value.problem.num_microbatches, fs.value.problem.num_stages(), &fs.value.problem);
   if (!cfg.ok()) return fail(cfg.status, kTool);
   at::set_num_threads(model.threads);
 

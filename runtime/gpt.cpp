@@ -56,7 +56,10 @@ Result<GptConfig> gpt_config(const ModelSpec& m, int microbatch_size, int num_mi
 
 std::vector<ChunkLayout> chunk_layouts(const GptConfig& cfg, int num_chunks) {
   const std::vector<int> layers =
-      partition_layers(cfg.model, num_chunks, PartitionRule::kBalanced, cfg.microbatch_size);
+      cfg.layers_per_chunk.empty()
+          ? partition_layers(cfg.model, num_chunks, PartitionRule::kBalanced, cfg.microbatch_size)
+          : cfg.layers_per_chunk;
+  OPTPIPE_CHECK(static_cast<int>(layers.size()) == num_chunks, "set_layers_per_chunk checked the chunk count");
   std::vector<ChunkLayout> out(num_chunks);
   int first = 0;
   for (int c = 0; c < num_chunks; c++) {
@@ -64,6 +67,27 @@ std::vector<ChunkLayout> chunk_layouts(const GptConfig& cfg, int num_chunks) {
     first += layers[c];
   }
   return out;
+}
+
+Status set_layers_per_chunk(GptConfig* cfg, const std::vector<int>& layers_per_chunk, int num_chunks) {
+  const int S = static_cast<int>(layers_per_chunk.size());
+  if (S != num_chunks)
+    return Status::Invalid("the partition gives " + std::to_string(S) + " layer counts for " +
+                           std::to_string(num_chunks) + " chunks");
+  int sum = 0;
+  for (int c = 0; c < S; c++) {
+    const bool holds_more = c == 0 || c == S - 1;  // the embedding or the head
+    if (layers_per_chunk[c] < (holds_more ? 0 : 1))
+      return Status::Invalid(
+          "the partition gives chunk " + std::to_string(c) + " " + std::to_string(layers_per_chunk[c]) +
+          " layers: " + (holds_more ? "a count is ≥ 0" : "a chunk between the first and the last holds ≥ 1"));
+    sum += layers_per_chunk[c];
+  }
+  if (sum != cfg->model.num_layers)
+    return Status::Invalid("the partition holds " + std::to_string(sum) + " transformer layers, the model " +
+                           std::to_string(cfg->model.num_layers));
+  cfg->layers_per_chunk = layers_per_chunk;
+  return Status::Ok();
 }
 
 ChunkParams init_chunk(const GptConfig& cfg, const ChunkLayout& layout) {

@@ -1,9 +1,10 @@
 // gpt.h — the runtime's model: a GPT-style decoder cut into pipeline chunks, in fp32 on ATen,
 // with an explicit forward and a split backward, on whichever device its tensors are.
 //
-// Chunk c of S holds the layers partition_layers() gives it (the cost model's split, so a
-// problem built or profiled for the model describes these chunks); chunk 0 also holds the token
-// and position embeddings, chunk S−1 the final LayerNorm, the LM head and the cross-entropy loss.
+// Chunk c of S holds the transformer layers GptConfig::layers_per_chunk gives it, by default
+// those partition_layers() gives it (the cost model's split, so a problem built or profiled for
+// the model describes these chunks); chunk 0 also holds the token and position embeddings,
+// chunk S−1 the final LayerNorm, the LM head and the cross-entropy loss.
 //
 // forward() returns what the backward needs as a Stash (its first tensor is the chunk input,
 // all a recompute keeps); backward_input() (the schedule's B) turns it into the input gradient
@@ -35,6 +36,8 @@ struct GptConfig {
   int microbatch_size = 1;
   int num_microbatches = 1;  // the loss is the mean over all of them
   uint64_t seed = 0;         // parameters and data
+  // Transformer layers per chunk in model order (a plan's partition); empty: the balanced cut.
+  std::vector<int> layers_per_chunk;
 };
 
 // Checks that the runtime can build this model (it builds GPT blocks only).
@@ -47,6 +50,9 @@ struct ChunkLayout {
   bool head = false;
 };
 std::vector<ChunkLayout> chunk_layouts(const GptConfig& cfg, int num_chunks);
+// Checks a partition for S chunks (a count per chunk, Σ = the model's layers, every chunk but the
+// first and last, which hold the embedding and the head, at least one layer) and sets it.
+Status set_layers_per_chunk(GptConfig* cfg, const std::vector<int>& layers_per_chunk, int num_chunks);
 
 struct ChunkParams {
   ChunkLayout layout;

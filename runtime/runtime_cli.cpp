@@ -1,6 +1,7 @@
 #include "runtime_cli.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include <dirent.h>
@@ -32,6 +33,10 @@ void ModelArgs::add_to(CLI::App* c) {
        "auto (a GPU per rank when the runtime was built against CUDA LibTorch and one is visible), cpu or cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  c->add_option("--layers-per-stage", layers_per_stage,
+                "transformer layers per chunk in model order (e.g. 1,3), the same for profile and run; default: "
+                "the schedule's partition when its problem has its layers, else the balanced cut")
+      ->delimiter(',');
 }
 
 RankSetup ModelArgs::rank_setup(const RankEnv& env) const {
@@ -41,7 +46,7 @@ RankSetup ModelArgs::rank_setup(const RankEnv& env) const {
   return {env.rank, env.world_size, env.master_addr, env.master_port, env.local_rank, env.local_world_size, choice};
 }
 
-Result<GptConfig> ModelArgs::config(int num_microbatches) const {
+Result<GptConfig> ModelArgs::config(int num_microbatches, int num_chunks, const Problem* plan) const {
   Result<ModelSpec> m = find_model(preset);
   if (!m.ok()) return Result<GptConfig>::Error(m.status);
   ModelSpec spec = m.value;
@@ -52,7 +57,22 @@ Result<GptConfig> ModelArgs::config(int num_microbatches) const {
                               {vocab, &spec.vocab}})
     if (value > 0) *field = value;
   if (heads > 0) spec.heads = spec.kv_heads = heads;
-  return gpt_config(spec, microbatch_size, num_microbatches, seed);
+  Result<GptConfig> cfg = gpt_config(spec, microbatch_size, num_microbatches, seed);
+  if (!cfg.ok()) return cfg;
+  std::vector<int> cut = layers_per_stage;
+  if (plan && !plan->layers.empty() && layers_match(*plan)) {
+    const std::vector<int> planned = transformer_layers_per_stage(*plan);
+    if (!cut.empty() && cut != planned)
+      return Result<GptConfig>::Error(
+          Status::Invalid(fmt::format("--layers-per-stage {} disagrees with the schedule's partition {}",
+                                      fmt::join(cut, ","), fmt::join(planned, ","))));
+    cut = planned;
+  }
+  if (!cut.empty())
+    if (Status st = set_layers_per_chunk(&cfg.value, cut, num_chunks); !st.ok())
+      return Result<GptConfig>::Error(Status::Invalid(
+          st.message + (layers_per_stage.empty() ? " (the schedule's partition)" : " (--layers-per-stage)")));
+  return cfg;
 }
 
 std::string ms(double us) { return fmt::format("{:.2f} ms", us / 1e3); }

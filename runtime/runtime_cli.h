@@ -28,10 +28,13 @@ struct ModelArgs {
   int microbatch_size = 2;
   uint64_t seed = 0;
   int threads = 1;
-  std::string device = "auto";  // auto, cpu or cuda
+  std::string device = "auto";        // auto, cpu or cuda
+  std::vector<int> layers_per_stage;  // the chunks' transformer layers; empty: see config()
 
   void add_to(CLI::App* c);
-  Result<GptConfig> config(int num_microbatches) const;
+  // The model cut into `num_chunks` chunks: by --layers-per-stage, else as `plan` is cut where it
+  // is a problem with its layers (a plan's partition; the flag must then agree), else balanced.
+  Result<GptConfig> config(int num_microbatches, int num_chunks, const Problem* plan) const;
   RankSetup rank_setup(const RankEnv& env) const;  // this rank's place, and the device it computes on
 };
 

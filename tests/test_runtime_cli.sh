@@ -76,6 +76,29 @@ for family in zb-v interleaved-1f1b; do
   grep -q "): OK" <<<"$out" && echo "ok   4 ranks $family" || { fail "4 ranks $family"; echo "$out" | tail -10; }
 done
 
+# Uneven partitions: the chunks follow --layers-per-stage (profile and run alike; chunk 0 of the
+# V-shape holds the embedding only), or the partition a plan chose, and still match one process.
+"$bin" profile --devices 2 --microbatches 4 --repetitions 1 --placement vshape --layers-per-stage 0,1,2,1 "${model[@]}" \
+  -o /dev/null --problem-out "$tmp/problem_uneven.json" 2> /dev/null || fail "profile uneven"
+out=$("$bin" run --problem "$tmp/problem_uneven.json" "${model[@]}" --layers-per-stage 0,1,2,1 --iterations 1 --check \
+  --family zb-v 2>&1)
+grep -q "): OK" <<<"$out" && grep -q "transformer layers per chunk: 0,1,2,1" <<<"$out" && echo "ok   uneven partition 0,1,2,1 (zb-v)" ||
+  { fail "uneven partition"; echo "$out" | tail -10; }
+"$bin" plan --model gpt-tiny --cluster 2xa100-40gb --microbatches 4 --layers-per-stage 2,6 -q --max-evaluations 300 \
+  -o "$tmp/plan26.json" --problem-out "$tmp/plan26_problem.json" > /dev/null 2>&1 || fail "plan --layers-per-stage 2,6"
+out=$("$bin" run --problem "$tmp/plan26_problem.json" --schedule "$tmp/plan26.json" --iterations 1 --check 2>&1)
+grep -q "): OK" <<<"$out" && grep -q "transformer layers per chunk: 2,6" <<<"$out" && echo "ok   a plan's partition 2,6 runs" ||
+  { fail "plan's partition"; echo "$out" | tail -10; }
+out=$("$bin" run --problem "$tmp/plan26_problem.json" --schedule "$tmp/plan26.json" --layers-per-stage 4,4 2>&1)
+[ $? -eq 1 ] && grep -q "disagrees with the schedule's partition 2,6" <<<"$out" && echo "ok   a partition other than the plan's refused" ||
+  { fail "--layers-per-stage against the plan's"; echo "$out" | tail -3; }
+for bad in "1,1,3:3 layer counts for 2 chunks" "1,2:holds 3 transformer layers, the model 4" "5,-1:chunk 1 -1 layers"; do
+  out=$("$bin" run --problem "$tmp/problem.json" "${model[@]}" --family 1f1b --layers-per-stage "${bad%%:*}" 2>&1)
+  rc=$?
+  [ "$rc" -eq 1 ] && grep -q "${bad#*:}" <<<"$out" && echo "ok   --layers-per-stage ${bad%%:*} refused" ||
+    { fail "--layers-per-stage ${bad%%:*} (exit $rc)"; echo "$out" | tail -3; }
+done
+
 # Optimized under a budget that 1F1B does not fit: the optimizer must offload or recompute.
 # Profiled on the V-shape's chunks, whose costs are exact for every placement the optimizer
 # tries (a linear profile's even split is not: the first and last chunks hold the embedding and
