@@ -203,6 +203,14 @@ void add_schedule_functions(py::module_& m) {
       "Simulated figures: makespan, bubble, per-device busy/idle and peak memory.");
 
   m.def(
+      "problem_for",
+      [](const py::object& problem, const py::object& schedule) {
+        return to_dict(problem_to_json(pair_args(problem, schedule).first));
+      },
+      py::arg("problem"), py::arg("schedule"),
+      "The problem as the schedule runs on it: re-cut to its placement and partition.");
+
+  m.def(
       "validate",
       [](const py::object& problem, const py::object& schedule) {
         auto [p, s] = pair_args(problem, schedule);
@@ -251,7 +259,7 @@ void add_export_functions(py::module_& m) {
 
 }  // namespace
 
-PYBIND11_MODULE(optpipe, m) {
+PYBIND11_MODULE(_optpipe, m) {
   m.doc() = "optpipe: pipeline-parallel schedules under a memory budget";
   add_problem_functions(m);
   add_optimizer_functions(m);
