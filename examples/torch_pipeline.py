@@ -174,7 +174,8 @@ def _run_case(rank, world, case):
     out = {"name": case["name"], "rank": rank}
     try:
         if case.get("mode") == "torch":  # torch's own runtime on the same order, for comparison
-            schedule = _PipelineScheduleRuntime(stages, cfg.n_microbatches, loss_fn=loss_fn)
+            schedule = _PipelineScheduleRuntime([optpipe.torch.gloo_v_stage(s) for s in stages], cfg.n_microbatches,
+                                                loss_fn=loss_fn)
             with tempfile.NamedTemporaryFile("w", suffix=".csv") as f:
                 f.write(plan.csv)
                 f.flush()
@@ -216,7 +217,10 @@ def run_cases(cases, world):
     `world` gloo processes; returns per case the list of the ranks' results."""
     with tempfile.TemporaryDirectory() as d:
         mp.spawn(_worker, args=(world, os.path.join(d, "init"), cases, d), nprocs=world, join=True)
-        per_rank = [json.load(open(os.path.join(d, f"rank{r}.json"))) for r in range(world)]
+        per_rank = []
+        for r in range(world):
+            with open(os.path.join(d, f"rank{r}.json")) as f:
+                per_rank.append(json.load(f))
     return [[per_rank[r][i] for r in range(world)] for i in range(len(cases))]
 
 

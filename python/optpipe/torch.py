@@ -32,7 +32,7 @@ from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
 from . import _optpipe
 
-__all__ = ["Plan", "load_plan", "PlanSchedule"]
+__all__ = ["Plan", "load_plan", "PlanSchedule", "gloo_v_stage"]
 
 _OP = re.compile(r"^(F|B|W|BW|R|WAIT|OFFLOAD|RELOAD)(\d+) s(\d+)$")
 _TORCH_KIND = {"F": "F", "B": "I", "W": "W", "BW": "B"}  # optpipe's op → torch's action letter
@@ -163,7 +163,7 @@ class _Stash:
         return packed.tensor
 
     def unique(self):
-        return [s for s in self.seen.values()]
+        return list(self.seen.values())
 
 
 class _Copier:
@@ -375,9 +375,17 @@ class _RankRun:
         self.stats["recomputes"] += 1
 
 
-class _OptpipeStage(abc.ABC):
-    """Mixed into each stage's own class: the plan's memory ops around torch's calls. (An ABC as
-    torch's stage base is, or Python refuses the __class__ swap.)"""
+class _NoSelfSends(abc.ABC):
+    """Leaves out the warm-up sends and receives a stage would address to its own rank: at the
+    V's turn two adjacent stages share a rank, and gloo has no pair to itself. (An ABC as torch's
+    stage base is, or Python refuses the __class__ swap.)"""
+
+    def _get_init_p2p_neighbors_ops(self):
+        return [op for op in super()._get_init_p2p_neighbors_ops() if op.group_peer != self.group_rank]
+
+
+class _OptpipeStage(_NoSelfSends):
+    """Mixed into each stage's own class: the plan's memory ops around torch's calls."""
 
     _optpipe_run = None
     _optpipe_stash = None
@@ -413,16 +421,20 @@ class _OptpipeStage(abc.ABC):
         super().backward_weight_one_chunk(bwd_chunk_id, last_backward=last_backward)
         self._optpipe_run.end()
 
-    def _get_init_p2p_neighbors_ops(self):
-        # The V's turn: two adjacent stages on one rank, and gloo has no pair to itself.
-        return [op for op in super()._get_init_p2p_neighbors_ops() if op.group_peer != self.group_rank]
 
-
-def _adopt(stage):
+def _adopt(stage, mixin):
+    """Gives the stage a subclass of its own class with `mixin` first, as FSDP2's fully_shard does."""
     cls = type(stage)
-    if not issubclass(cls, _OptpipeStage):
-        stage.__class__ = type("Optpipe" + cls.__name__, (_OptpipeStage, cls), {})
+    if not issubclass(cls, mixin):
+        stage.__class__ = type(mixin.__name__.strip("_") + cls.__name__, (mixin, cls), {})
     return stage
+
+
+def gloo_v_stage(stage):
+    """A torch PipelineStage that runs V-shape schedules on gloo (torch's own ZBVZeroBubble and
+    DualPipeV too, and optpipe's CSV exports in _PipelineScheduleRuntime): the same stage, its
+    warm-up to its own rank left out. PlanSchedule does this itself."""
+    return _adopt(stage, _NoSelfSends)
 
 
 class PlanSchedule(_PipelineScheduleRuntime):
@@ -450,7 +462,7 @@ class PlanSchedule(_PipelineScheduleRuntime):
                              f"but was given stages {given}")
         run = _RankRun(plan, rank, stages)
         for stage in stages:
-            _adopt(stage)._optpipe_run = run
+            _adopt(stage, _OptpipeStage)._optpipe_run = run
         super().__init__(stages, n_microbatches, loss_fn=loss_fn, scale_grads=scale_grads, **kwargs)
         self._optpipe_run = run
         with tempfile.TemporaryDirectory() as d:
