@@ -1,6 +1,8 @@
 // The exact models (CP on Gecode, MILP on CBC) driven from the optimizer.
 #include "optimize/exact_driver.h"
 
+#include <algorithm>
+
 #include "optimize/search.h"
 #include "optpipe/cp.h"
 #include "optpipe/milp.h"
@@ -67,6 +69,16 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
     out->stats.exact_solves++;
     out->stats.exact_nodes += sol.nodes;
     consider(sol.status, sol.schedule, " +milp");
+    // Without offloads and recomputes the MILP with the budget leaves out no schedule that fits
+    // (exact memory rows; a schedule that fits under any timing fits nominally), so its bound
+    // holds for the winner's placement. (With them it does not: R only just before B, reload
+    // rows padded by the largest workspace.)
+    if (sol.status.ok() && !options.rules.offload && !options.rules.recompute &&
+        options.objective == Objective::kMakespan)
+      for (size_t k = 0; k < problems->size(); k++)
+        if ((*problems)[k]->placement == out->problem.placement &&
+            (*problems)[k]->chunks_per_device == out->problem.chunks_per_device)
+          (*bounds)[k] = std::max((*bounds)[k], sol.bound_us);
   }
   // The models' bounds are on the makespan, which does not bound a span.
   if (options.objective == Objective::kSpan) return;
