@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "exact/by_start.h"
+#include "exact/grid.h"
 #include "optpipe/cp.h"
 #include "optpipe/passes.h"
 #include "optpipe/simulate.h"
@@ -36,17 +37,6 @@ class TimeOrNodeStop : public Gecode::Search::Stop {
 namespace {
 
 using namespace Gecode;
-
-// The model's numbers, on the integer grid.
-struct Grid {
-  std::vector<Op> ops;                // every F, B, W
-  std::vector<int> index;             // op id → position in ops, −1 otherwise
-  std::vector<int> dur;               // per op, in grid steps (rounded down)
-  std::vector<int> r_dur;             // per stage: R, in grid steps (rounded down)
-  std::vector<int> off_dur, rel_dur;  // per stage: offload and reload, in grid steps (rounded up)
-  int horizon = 0;
-  double unit_us = 1;
-};
 
 class PipeSpace : public IntMinimizeSpace {
  public:
@@ -117,7 +107,7 @@ class PipeSpace : public IntMinimizeSpace {
   // Dataflow between stages and microbatches, each kind in microbatch order, and the makespan.
   void post_precedences(const Posting& c) {
     const Problem& p = c.p;
-    const int hop = static_cast<int>(std::floor(p.t_comm_us / c.g.unit_us));
+    const int hop = c.g.hop;
     auto hop_between = [&](int a, int b) { return p.device_of(a) == p.device_of(b) ? 0 : hop; };
     for (int s = 0; s < c.S; s++)
       for (int i = 0; i < c.M; i++) {
@@ -282,69 +272,9 @@ class PipeSpace : public IntMinimizeSpace {
   }
 };
 
-// All work and hops in sequence: no schedule needs longer.
-double serial_total_us(const Problem& p, const CpOptions& options) {
-  const int S = p.num_stages(), M = p.num_microbatches;
-  const bool offload = options.memory && options.offload;
-  double total_us = 2.0 * S * M * p.t_comm_us;
-  for (int s = 0; s < S; s++) {
-    const StageSpec& st = p.stages[s];
-    total_us += M * (st.t_f_us + st.t_b_us + st.t_w_us + (options.recompute ? st.t_r_us : 0));
-    if (offload) total_us += M * (p.offload_us(s) + p.reload_us(s));
-  }
-  return total_us;
-}
-
-// The grid: the option's, else the coarsest 2^-k µs on which every duration and hop is exact
-// (re-cut stages have halves), within 1e8 steps; else as fine as 1e8 steps allow, durations
-// rounded down.
-double grid_unit_us(const Problem& p, const CpOptions& options, double total_us) {
-  const bool offload = options.memory && options.offload;
-  auto exact_on = [&](double unit) {
-    auto whole = [&](double us) { return std::fabs(us / unit - std::round(us / unit)) < 1e-6; };
-    if (!whole(p.t_comm_us)) return false;
-    for (int s = 0; s < p.num_stages(); s++) {
-      const StageSpec& st = p.stages[s];
-      if (!whole(st.t_f_us) || !whole(st.t_b_us) || !whole(st.t_w_us)) return false;
-      if (options.recompute && !whole(st.t_r_us)) return false;
-      if (offload && (!whole(p.offload_us(s)) || !whole(p.reload_us(s)))) return false;
-    }
-    return true;
-  };
-  if (options.unit_us <= 0)
-    for (double unit = 1; total_us / unit <= 1e8 && unit >= 1.0 / 1024; unit /= 2)
-      if (exact_on(unit)) return unit;
-  return options.unit_us > 0 ? options.unit_us : std::max(1.0, total_us / 1e8);
-}
-
-Grid make_grid(const Problem& p, const CpOptions& options) {
-  const int S = p.num_stages(), M = p.num_microbatches;
-  const double total_us = serial_total_us(p, options);
-  Grid g;
-  g.unit_us = grid_unit_us(p, options, total_us);
-  g.horizon = static_cast<int>(std::ceil(total_us / g.unit_us)) + 1;
-  g.index.assign(num_op_ids(p), -1);
-  for (int s = 0; s < S; s++)
-    for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW})
-      for (int i = 0; i < M; i++) {
-        const Op op{k, s, i};
-        g.index[op_id(p, op)] = static_cast<int>(g.ops.size());
-        g.ops.push_back(op);
-        g.dur.push_back(static_cast<int>(std::floor(op_duration_us(p, op) / g.unit_us)));
-      }
-  for (int s = 0; s < S; s++) {
-    g.r_dur.push_back(static_cast<int>(std::floor(p.stages[s].t_r_us / g.unit_us)));
-    // Transfers round up, so that the read-back waits are never too short.
-    g.off_dur.push_back(static_cast<int>(std::ceil(p.offload_us(s) / g.unit_us - 1e-9)));
-    g.rel_dur.push_back(static_cast<int>(std::ceil(p.reload_us(s) / g.unit_us - 1e-9)));
-  }
-  return g;
-}
-
-// The schedule of the best solution: each device's ops by their start times, the offloaded
-// activations' transfers settled in the simulator, and its simulated makespan as the objective.
+// The schedule of the best solution, read back as every exact model's is (grid.h).
 void read_back_schedule(const Problem& p, const Grid& g, const PipeSpace& best, bool offload, CpSolution* out) {
-  const int S = p.num_stages(), M = p.num_microbatches;
+  const int M = p.num_microbatches;
   std::vector<Op> ops = g.ops;
   for (int k = 0; k < best.recompute.size(); k++)
     if (best.recompute[k].val()) ops.push_back({OpKind::kR, k / M, k % M});
@@ -352,27 +282,17 @@ void read_back_schedule(const Problem& p, const Grid& g, const PipeSpace& best, 
     return op.kind == OpKind::kR ? best.r_start[op.stage * M + op.microbatch].val()
                                  : best.start[g.index[op_id(p, op)]].val();
   };
-  out->schedule = schedule_by_start(p, ops, start);
-  if (offload) {
-    std::vector<TransferTimes> transfers;
+  std::vector<TransferTimes> transfers;
+  if (offload)
     for (int k = 0; k < best.offload.size(); k++)
       if (best.offload[k].val())
         transfers.push_back({k / M, k % M, static_cast<double>(best.off_start[k].val()),
                              static_cast<double>(best.off_start[k].val() + g.off_dur[k / M]),
                              static_cast<double>(best.rel_start[k].val())});
-    auto end = [&](const Op& op) -> double {
-      return start(op) + (op.kind == OpKind::kR ? g.r_dur[op.stage] : g.dur[g.index[op_id(p, op)]]);
-    };
-    add_transfers_by_start(p, start, end, std::move(transfers), &out->schedule);
-    // The simulator may run a reload earlier than the model did; fix what that overflows.
-    if (!settle_transfers(p, 4 * S * M, &out->schedule))
-      out->status = Status::Internal("the CP solution's transfers overflow a budget when simulated");
-  }
-  SimResult sim = simulate(p, out->schedule, {.op_times = false});
-  if (sim.ok())
-    out->objective_us = sim.timeline.makespan_us;
-  else
-    out->status = Status::Internal("the CP solution does not simulate: " + sim.status.message);
+  ReadBack r = read_back(p, g, ops, start, std::move(transfers), "CP");
+  out->schedule = std::move(r.schedule);
+  out->objective_us = r.objective_us;
+  if (!r.status.ok()) out->status = r.status;
 }
 
 CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
@@ -381,7 +301,7 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
   out.status = check_problem(p);
   if (out.status.ok()) out.status = check_no_recompute_layers(p);
   if (!out.status.ok()) return out;
-  const Grid g = make_grid(p, options);
+  const Grid g = make_grid(p, options.recompute, options.memory && options.offload, options.unit_us);
   auto root = std::make_unique<PipeSpace>(p, g, options.memory, options.recompute, options.offload);
   if (root->status() == SS_FAILED) {
     out.status = Status::Infeasible("the CP model has no solution: nothing fits the budget");
