@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Puts Google OR-Tools' CP-SAT library (from the pinned `ortools` wheel on PyPI, not installed
-# into any Python) into build/ortools/: lib/ (libortools.so.9 and the libraries it loads) and
+# into any Python) into build/ortools/: ortools/.libs/libortools.so.9 and the libraries it loads
+# (ortools/.libs and ortools.libs, where the wheel has them: their run paths are relative) and
 # ortools.desc, the wheel's own descriptors of cp_model.proto and sat_parameters.proto, for the
 # tests that decode what optpipe encodes. optpipe loads the library at run time
 # (src/exact/cp_sat.cpp); without it, everything builds and the CP-SAT paths say what is missing.
@@ -22,7 +23,6 @@ python3 - "$dest/wheel/$wheel" "$dest" <<'PY'
 import ast, os, sys, zipfile
 
 wheel, dest = sys.argv[1], sys.argv[2]
-os.makedirs(os.path.join(dest, "lib"), exist_ok=True)
 descriptors = bytearray()  # a FileDescriptorSet: field 1, one FileDescriptorProto each
 
 
@@ -37,8 +37,9 @@ def varint(n):
 
 with zipfile.ZipFile(wheel) as z:
     for name in z.namelist():
-        if name.startswith("ortools/.libs/") and not name.endswith("/"):
-            target = os.path.join(dest, "lib", os.path.basename(name))
+        if name.startswith(("ortools/.libs/", "ortools.libs/")) and not name.endswith("/"):
+            target = os.path.join(dest, name)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
             with z.open(name) as src, open(target, "wb") as out:
                 out.write(src.read())
     for proto in ("cp_model", "sat_parameters"):
@@ -51,4 +52,4 @@ with open(os.path.join(dest, "ortools.desc"), "wb") as f:
 PY
 rm -rf "$dest/wheel"
 echo "$version" > "$dest/VERSION"
-echo "setup: CP-SAT (ortools $version) in $dest/lib" >&2
+echo "setup: CP-SAT (ortools $version) in $dest" >&2

@@ -26,10 +26,11 @@ done
 packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev coinor-libcbc-dev libgecode-dev)
 # libtorch-dev, libgloo-dev (c10d gloo headers) and libopenblas0-pthread (LibTorch's BLAS; without
 # it matrix products run ~30× slower) are for the runtime, optpipe-runtime; clang-format (14 on
-# Debian 12) is for scripts/check_format.sh.
+# Debian 12) is for scripts/check_format.sh; protoc (protobuf-compiler) for the test that decodes
+# the CP-SAT model optpipe writes.
 if [ $with_all = 1 ]; then
   packages+=(libgtest-dev libbenchmark-dev pybind11-dev python3-dev libtorch-dev libgloo-dev libopenblas0-pthread
-             clang-format)
+             clang-format protobuf-compiler)
 fi
 if [ $with_tests = 1 ]; then
   packages+=(chromium)
@@ -52,6 +53,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo_cmd apt-get install -y --no-install-recommends "${missing[@]}" >&2
   fi
 fi
+
+# CP-SAT's library from the pinned ortools wheel (a few seconds; optpipe builds without it).
+./scripts/fetch_ortools.sh || echo "setup: CP-SAT not fetched; optpipe builds without it (--exact uses Gecode and CBC)" >&2
 
 jobs=$(nproc 2>/dev/null || echo 2)
 if [ $with_all = 1 ]; then

@@ -77,8 +77,8 @@ ReadBack read_back(const Problem& p, const Grid& g, const std::vector<Op>& ops,
     add_transfers_by_start(p, start, end, std::move(transfers), &out.schedule);
     // The simulator may run a reload earlier than the model did; fix what that overflows.
     if (!settle_transfers(p, 4 * p.num_stages() * p.num_microbatches, &out.schedule))
-      out.status = Status::Internal(std::string("the ") + model +
-                                    " solution's transfers overflow a budget when simulated");
+      out.status =
+          Status::Internal(std::string("the ") + model + " solution's transfers overflow a budget when simulated");
   }
   SimResult sim = simulate(p, out.schedule, {.op_times = false});
   if (sim.ok())

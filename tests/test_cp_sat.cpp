@@ -1,0 +1,146 @@
+// The CP-SAT model: what it writes decodes with the wheel's own descriptors (protoc), its optima
+// equal brute force and the MILP's, every schedule read back validates, and its bounds hold.
+// CP-SAT must be there (scripts/fetch_ortools.sh, run by setup.sh): these tests fail without it
+// unless OPTPIPE_NO_CPSAT=1 says it is meant to be missing.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <string>
+
+#include "brute_force.h"
+#include "optpipe/cp_sat.h"
+#include "optpipe/families.h"
+#include "optpipe/milp.h"
+#include "optpipe/validate.h"
+
+using namespace optpipe;
+
+namespace {
+
+bool have_cp_sat() {
+  const Status st = cp_sat_available();
+  if (st.ok()) return true;
+  const char* meant = std::getenv("OPTPIPE_NO_CPSAT");
+  EXPECT_TRUE(meant && std::string(meant) == "1") << st.message;
+  return false;
+}
+
+CpSatOptions deterministic(CpSatOptions o) {
+  o.workers = 1;  // one worker and a seed: the same search every run
+  o.time_limit_s = 60;
+  return o;
+}
+
+// protoc's text form of the bytes, decoded with the descriptors fetched with the library.
+std::string decode(const std::string& bytes, const std::string& message) {
+  const std::string dir = OPTPIPE_ORTOOLS_DIR, in = testing::TempDir() + "/model.bin";
+  std::ofstream(in, std::ios::binary) << bytes;
+  const std::string cmd = "protoc --descriptor_set_in=" + dir + "/ortools.desc --decode=operations_research.sat." +
+                          message + " < " + in + " 2>&1";
+  std::string text;
+  if (FILE* f = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    pclose(f);
+  }
+  return text;
+}
+
+int count(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+}
+
+}  // namespace
+
+// What the encoder writes is a CpModelProto of the library's version, field for field: protoc
+// decodes it with the wheel's descriptors into the variables, intervals, no-overlaps, reservoirs,
+// objective and hint the model has.
+TEST(CpSat, ModelDecodesWithTheWheelsDescriptors) {
+  if (!have_cp_sat()) return;
+  std::mt19937 rng(1);
+  Problem p = tiny_problem(rng, 3);  // 2 devices, 2 stages, 3 microbatches
+  set_transfer_time(&p, 10, 100);
+  Result<Schedule> hint = make_1f1b(p);
+  ASSERT_TRUE(hint.ok());
+  const std::string text =
+      decode(cp_sat_model_bytes(p, {.recompute = true, .offload = true, .hint = &hint.value}), "CpModelProto");
+  const int ops = 2 * 3 * 3, optional = 2 * 3;  // F, B, W; per stage-microbatch: recompute, offload
+  // The literal "true", the makespan, a start per op; per stage-microbatch a Boolean and R's
+  // start, and a Boolean and two transfer starts.
+  EXPECT_EQ(count(text, "variables \\{"), 2 + ops + optional * 5) << text.substr(0, 2000);
+  EXPECT_EQ(count(text, "interval \\{"), ops + 3 * optional);
+  EXPECT_EQ(count(text, "no_overlap \\{"), 2 + 2 * 2);  // each device; each link's two directions
+  EXPECT_EQ(count(text, "reservoir \\{"), 2);
+  EXPECT_EQ(count(text, "objective \\{"), 1);
+  EXPECT_EQ(count(text, "solution_hint \\{"), 1);
+  EXPECT_EQ(count(text, "max_level: " + std::to_string(p.devices[0].mem_budget_bytes - p.devices[0].static_bytes)), 2);
+}
+
+// Without the budget its optimum is brute force's; with a budget, the MILP's (both exact), and
+// its schedule read back fits, validates and simulates to that makespan.
+TEST(CpSat, OptimaEqualBruteForceAndTheMilp) {
+  if (!have_cp_sat()) return;
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 4; trial++) {
+    Problem p = tiny_problem(rng, 2 + trial % 2);
+    CpSatSolution free = solve_cp_sat(p, deterministic({.memory = false}));
+    ASSERT_TRUE(free.status.ok()) << free.status.message;
+    EXPECT_TRUE(free.proven_optimal && free.bound_holds);
+    EXPECT_NEAR(free.objective_us, brute_force_makespan(p, false), 1e-4) << "trial " << trial;
+    EXPECT_NEAR(free.bound_us, free.objective_us, 1e-4);
+
+    for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 2 * p.stages[0].act_f_bytes;
+    CpSatSolution budgeted = solve_cp_sat(p, deterministic({.memory = true}));
+    ASSERT_TRUE(budgeted.status.ok()) << budgeted.status.message;
+    EXPECT_TRUE(budgeted.proven_optimal);
+    EXPECT_NEAR(budgeted.objective_us, brute_force_makespan(p, true), 1e-4) << "trial " << trial;
+    Validation v = validate(p, budgeted.schedule);  // the budget included
+    EXPECT_TRUE(v.ok()) << v.summary();
+    EXPECT_NEAR(v.sim.timeline.makespan_us, budgeted.objective_us, 1e-4);
+  }
+}
+
+// Offloads and recomputes decided: every solution read back validates within the budget, and
+// the proven optimum is never above the MILP's (whose recomputes run just before their B).
+TEST(CpSat, DecidesOffloadsAndRecomputes) {
+  if (!have_cp_sat()) return;
+  std::mt19937 rng(7);
+  int offloads = 0, recomputes = 0;
+  for (int trial = 0; trial < 4; trial++) {
+    Problem p = tiny_problem(rng, 3);
+    set_transfer_time(&p, 10, 60 + 20 * trial);
+    for (StageSpec& st : p.stages) st.t_r_us = st.t_f_us;
+    for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 3 * p.stages[0].act_f_bytes / 2;
+    CpSatSolution s = solve_cp_sat(p, deterministic({.recompute = true, .offload = true}));
+    ASSERT_TRUE(s.status.ok()) << "trial " << trial << ": " << s.status.message;
+    Validation v = validate(p, s.schedule);
+    EXPECT_TRUE(v.ok()) << "trial " << trial << ": " << v.summary();
+    EXPECT_LE(s.bound_us, s.objective_us + 1e-4);
+    for (const DeviceSchedule& d : s.schedule.devices) {
+      offloads += static_cast<int>(d.offloads.size());
+      for (const Op& op : d.compute) recomputes += op.kind == OpKind::kR;
+    }
+    Result<MilpModel> m = build_milp(p, {.memory = true, .recompute = true, .offload = true});
+    ASSERT_TRUE(m.ok()) << m.status.message;
+    MilpSolution milp = solve_milp(p, m.value, {.memory = true, .time_limit_s = 60, .recompute = true, .offload = true},
+                                   nullptr);
+    if (milp.status.ok() && milp.proven_optimal && s.proven_optimal)
+      EXPECT_LE(s.bound_us, milp.objective_us + 1e-4) << "trial " << trial;
+  }
+  EXPECT_GT(offloads + recomputes, 0);  // the budget (1.5 activations) makes it choose some
+}
+
+TEST(CpSat, ProvesWhatNothingFits) {
+  if (!have_cp_sat()) return;
+  std::mt19937 rng(9);
+  Problem p = tiny_problem(rng, 2);
+  for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + p.stages[0].act_f_bytes / 2;
+  CpSatSolution s = solve_cp_sat(p, deterministic({.memory = true}));
+  EXPECT_EQ(s.status.code, StatusCode::kInfeasible) << s.status.message;
+}
