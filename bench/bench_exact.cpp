@@ -1,7 +1,9 @@
 // The exact models on small random problems under tight budgets: what `--exact` adds to the
 // heuristic search (makespan, bound), and the offload-deciding CP model and MILP side by side on
-// the linear placement (proofs, agreement, time).
+// the linear placement (proofs, agreement, time). With --grid: CP-SAT, Gecode and CBC side by
+// side on uniform stages of the built-in problem, D × M × budget × offload.
 //   build/bench_exact --trials 8 --microbatches 3
+//   build/bench_exact --grid --devices 2,4,8 --grid-microbatches 4,8,16,32 --model-limit 60
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -10,6 +12,8 @@
 #include <random>
 
 #include "optpipe/cp.h"
+#include "optpipe/cp_sat.h"
+#include "optpipe/families.h"
 #include "optpipe/milp.h"
 #include "optpipe/optimize.h"
 #include "optpipe/validate.h"
@@ -50,6 +54,78 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+// Uniform stages of the built-in problem (stage 1: 10 ms passes, 2 GiB activations, 40 GiB
+// static), each device on its own host link; budget "a" unbounded, "b" 1F1B's peak, "c" half way
+// from that to the least a stage needs (static + one activation).
+Problem grid_problem(int devices, int microbatches, char budget) {
+  Problem p = default_problem();
+  p.stages.assign(devices, p.stages[1]);
+  p.devices.resize(devices, p.devices[0]);
+  p.num_devices = devices;
+  p.num_microbatches = microbatches;
+  for (int d = 0; d < devices; d++) {
+    p.devices[d].host_link = d;
+    p.devices[d].mem_budget_bytes = int64_t{1} << 50;
+  }
+  if (budget == 'a') return p;
+  const Result<Schedule> one_f_one_b = make_1f1b(p);
+  const SimResult sim = simulate(p, one_f_one_b.value);
+  for (int d = 0; d < devices; d++) {
+    const int64_t peak = sim.timeline.devices[d].peak_bytes,
+                  least = p.devices[d].static_bytes + p.stages[d].act_f_bytes;
+    p.devices[d].mem_budget_bytes = budget == 'b' ? peak : (peak + least) / 2;
+  }
+  return p;
+}
+
+// One row per instance: each engine's simulated makespan, whether it proved it, its own bound's
+// gap, and its time.
+int run_grid(const std::vector<int>& devices, const std::vector<int>& microbatches, double limit_s, int workers) {
+  fmt::print("{:>2} {:>3} {:>1} {:>3} | {:>9} {:>3} {:>6} {:>7} | {:>9} {:>3} {:>6} {:>7} | {:>9} {:>3} {:>6} {:>7}\n",
+             "D", "M", "b", "off", "CP-SAT", "opt", "gap", "time", "Gecode", "opt", "gap", "time", "CBC", "opt", "gap",
+             "time");
+  int invalid = 0;
+  for (int D : devices)
+    for (int M : microbatches)
+      for (char budget : {'a', 'b', 'c'})
+        for (bool offload : {false, true}) {
+          const Problem p = grid_problem(D, M, budget);
+          struct Row {
+            bool ok = false, proven = false;
+            double objective_us = 0, bound_us = 0, s = 0;
+          };
+          auto cell = [](const Row& r) {
+            if (!r.ok) return fmt::format("{:>9} {:>3} {:>6} {:>6.1f}s", "-", "-", "-", r.s);
+            const double gap = r.objective_us > 0 ? std::max(0.0, 1 - r.bound_us / r.objective_us) : 0;
+            return fmt::format("{:>9.1f} {:>3} {:>5.1f}% {:>6.1f}s", r.objective_us / 1000, r.proven ? "yes" : "no",
+                               100 * gap, r.s);
+          };
+          auto fits = [&](const Schedule& s) { return validate(p, s).ok(); };
+          Row sat, gecode, cbc;
+          auto t0 = std::chrono::steady_clock::now();
+          CpSatSolution a = solve_cp_sat(p, {.offload = offload, .time_limit_s = limit_s, .workers = workers});
+          sat = {a.status.ok(), a.proven_optimal, a.objective_us, a.bound_us, seconds_since(t0)};
+          invalid += a.status.ok() && !fits(a.schedule);
+          t0 = std::chrono::steady_clock::now();
+          CpSolution g = solve_cp(p, {.memory = true, .time_limit_s = limit_s, .offload = offload});
+          gecode = {g.status.ok(), g.proven_optimal, g.objective_us, g.bound_us, seconds_since(t0)};
+          invalid += g.status.ok() && !fits(g.schedule);
+          t0 = std::chrono::steady_clock::now();
+          const MilpOptions mo{.memory = true, .time_limit_s = limit_s, .offload = offload};
+          Result<MilpModel> model = build_milp(p, mo);
+          if (model.ok()) {
+            MilpSolution m = solve_milp(p, model.value, mo, nullptr);
+            cbc = {m.status.ok(), m.proven_optimal, m.objective_us, m.bound_us, seconds_since(t0)};
+            invalid += m.status.ok() && !fits(m.schedule);
+          }
+          fmt::print("{:>2} {:>3} {:>1} {:>3} | {} | {} | {}\n", D, M, budget, offload ? "yes" : "no", cell(sat),
+                     cell(gecode), cell(cbc));
+          std::fflush(stdout);
+        }
+  fmt::print("schedules that do not fit: {}\n", invalid);
+  return invalid > 0 ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,7 +139,21 @@ int main(int argc, char** argv) {
   app.add_option("--time-limit", time_limit_s, "optimize's limit with --exact (the search alone gets half)")
       ->check(CLI::PositiveNumber);
   app.add_option("--model-limit", model_limit_s, "each direct CP / MILP solve's limit")->check(CLI::PositiveNumber);
+  bool grid = false;
+  std::vector<int> grid_devices{2, 4, 8}, grid_microbatches{4, 8, 16, 32};
+  int workers = 0;
+  app.add_flag("--grid", grid, "CP-SAT, Gecode and CBC side by side on the grid of uniform instances");
+  app.add_option("--devices", grid_devices, "with --grid: device counts")->delimiter(',');
+  app.add_option("--grid-microbatches", grid_microbatches, "with --grid: microbatch counts")->delimiter(',');
+  app.add_option("--workers", workers, "with --grid: CP-SAT's workers (0: the cores, at most 8)");
   CLI11_PARSE(app, argc, argv);
+  if (grid) {
+    if (Status st = cp_sat_available(); !st.ok()) {
+      fmt::print(stderr, "{}\n", st.message);
+      return 1;
+    }
+    return run_grid(grid_devices, grid_microbatches, model_limit_s, workers);
+  }
 
   std::mt19937 rng(seed);
   int better = 0, tighter = 0, met = 0, both_proven = 0, agree = 0, cp_proven = 0, milp_proven = 0, invalid = 0;

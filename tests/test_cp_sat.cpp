@@ -128,8 +128,8 @@ TEST(CpSat, DecidesOffloadsAndRecomputes) {
     }
     Result<MilpModel> m = build_milp(p, {.memory = true, .recompute = true, .offload = true});
     ASSERT_TRUE(m.ok()) << m.status.message;
-    MilpSolution milp = solve_milp(p, m.value, {.memory = true, .time_limit_s = 60, .recompute = true, .offload = true},
-                                   nullptr);
+    MilpSolution milp =
+        solve_milp(p, m.value, {.memory = true, .time_limit_s = 60, .recompute = true, .offload = true}, nullptr);
     if (milp.status.ok() && milp.proven_optimal && s.proven_optimal)
       EXPECT_LE(s.bound_us, milp.objective_us + 1e-4) << "trial " << trial;
   }

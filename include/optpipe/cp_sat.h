@@ -37,9 +37,9 @@ struct CpSatOptions {
   bool recompute = false;  // with memory: also decide which activations to recompute
   bool offload = false;    // with memory: also decide which to offload, and when to move them
   double time_limit_s = 10;
-  int workers = 0;      // CP-SAT's parallel workers; 0: the machine's cores, at most 8
+  int workers = 0;  // CP-SAT's parallel workers; 0: the machine's cores, at most 8
   uint64_t seed = 0;
-  double unit_us = 0;   // grid; 0: as the Gecode model's
+  double unit_us = 0;              // grid; 0: as the Gecode model's
   const Schedule* hint = nullptr;  // a schedule of the same problem to start from
 };
 
@@ -49,9 +49,9 @@ struct [[nodiscard]] CpSatSolution {
   // back, or the library refused the model.
   Status status;
   bool proven_optimal = false;
-  double objective_us = 0;  // the simulated makespan of `schedule`
-  double bound_us = 0;      // CP-SAT's proven bound on the model's makespan
-  bool bound_holds = false; // bound_us bounds every schedule of the placement (see above)
+  double objective_us = 0;   // the simulated makespan of `schedule`
+  double bound_us = 0;       // CP-SAT's proven bound on the model's makespan
+  bool bound_holds = false;  // bound_us bounds every schedule of the placement (see above)
   Schedule schedule;
   int64_t branches = 0, conflicts = 0;
   double wall_s = 0;

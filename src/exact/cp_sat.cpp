@@ -181,8 +181,8 @@ class ModelWriter {
 
 // The model's variables, by what they stand for.
 struct Vars {
-  std::vector<int> start;                   // per grid op (F, B, W)
-  std::vector<int> recompute, r_start;      // per stage·M + microbatch; −1 where not decided
+  std::vector<int> start;               // per grid op (F, B, W)
+  std::vector<int> recompute, r_start;  // per stage·M + microbatch; −1 where not decided
   std::vector<int> offload, off_start, rel_start;
   int makespan = -1;
   int always = -1;  // the literal "true"
@@ -195,8 +195,7 @@ bool grid_is_exact(const Problem& p, const Grid& g, const CpSatOptions& o) {
     if (!on_grid(op_duration_us(p, g.ops[k]), g.dur[k])) return false;
   for (int s = 0; s < p.num_stages(); s++) {
     if (o.recompute && !on_grid(p.stages[s].t_r_us, g.r_dur[s])) return false;
-    if (o.offload && (!on_grid(p.offload_us(s), g.off_dur[s]) || !on_grid(p.reload_us(s), g.rel_dur[s])))
-      return false;
+    if (o.offload && (!on_grid(p.offload_us(s), g.off_dur[s]) || !on_grid(p.reload_us(s), g.rel_dur[s]))) return false;
   }
   return true;
 }
@@ -319,7 +318,14 @@ void write_hint(const Problem& p, const Grid& g, const Schedule& s, const Vars& 
   auto set = [&](int var, int64_t value) {
     if (var >= 0) vars.push_back(var), values.push_back(value);
   };
-  for (size_t k = 0; k < g.ops.size(); k++) set(v.start[k], step(g.ops[k]));
+  for (size_t k = 0; k < g.ops.size(); k++) {
+    const Op& op = g.ops[k];
+    int64_t at = ran(op) ? step(op) : -1;
+    const Op bw{OpKind::kBW, op.stage, op.microbatch};
+    if (at < 0 && op.kind != OpKind::kF && ran(bw))  // a fused backward: B, then W at once
+      at = step(bw) + (op.kind == OpKind::kW ? g.dur[g.index[op_id(p, Op{OpKind::kB, op.stage, op.microbatch})]] : 0);
+    if (at >= 0) set(v.start[k], std::min<int64_t>(at, g.horizon - g.dur[k]));
+  }
   for (size_t k = 0; k < v.recompute.size(); k++) {
     const Op r{OpKind::kR, static_cast<int>(k) / M, static_cast<int>(k) % M};
     const Op off{OpKind::kOffload, r.stage, r.microbatch}, rel{OpKind::kReload, r.stage, r.microbatch};
@@ -415,7 +421,8 @@ CpSatSolution solve_cp_sat(const Problem& p, const CpSatOptions& options) {
   out.branches = r.branches;
   out.conflicts = r.conflicts;
   if (!r.ok || r.status == kModelInvalid) {
-    out.status = Status::Internal("CP-SAT refused the model (" + std::string(r.ok ? "MODEL_INVALID" : "unreadable response") + ")");
+    out.status = Status::Internal("CP-SAT refused the model (" +
+                                  std::string(r.ok ? "MODEL_INVALID" : "unreadable response") + ")");
     return out;
   }
   if (r.status == kInfeasible) {

@@ -96,11 +96,16 @@ class Reader {
     ok_ = ok_ && r.ok_;
   }
   void skip(int wire_type) {
-    if (wire_type == 0) varint();
-    else if (wire_type == 1) dbl();
-    else if (wire_type == 2) bytes();
-    else if (wire_type == 5 && end_ - p_ >= 4) p_ += 4;
-    else fail();
+    if (wire_type == 0)
+      varint();
+    else if (wire_type == 1)
+      dbl();
+    else if (wire_type == 2)
+      bytes();
+    else if (wire_type == 5 && end_ - p_ >= 4)
+      p_ += 4;
+    else
+      fail();
   }
   bool ok() const { return ok_; }
 

@@ -11,6 +11,7 @@
 #include "optimize/race.h"
 #include "optimize/search.h"
 #include "optimize/starts.h"
+#include "optpipe/cp_sat.h"
 #include "optpipe/families.h"
 #include "optpipe/noise.h"
 #include "optpipe/optimize.h"
@@ -122,11 +123,10 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, doubl
 // After the race: the winner's partition improved by moving layers between stages, the order
 // searched again on each moved partition, until neither improves, the deadline, or
 // max_evaluations candidates.
-void search_partition(const OptimizeOptions& options, int64_t max_evaluations, Clock::time_point deadline,
+void search_partition(const OptimizeOptions& options, bool by_time, int64_t max_evaluations, Clock::time_point deadline,
                       const NoiseSamples* noise, Problem* problem, SearchResult* searched, OptimizeStats* stats) {
   const Scoring scoring{options.objective, noise};
-  // Until the deadline, unless the run has a budget (repeatable runs; --exact, whose models get the time left).
-  if (options.max_evaluations == 0 && !options.exact) max_evaluations = std::numeric_limits<int64_t>::max();
+  if (by_time) max_evaluations = std::numeric_limits<int64_t>::max();
   const int64_t slice =
       std::clamp<int64_t>(static_cast<int64_t>(2e7 / std::max<size_t>(searched->best.num_ops(), 1)), 50, 20000);
   int64_t spent = 0;
@@ -301,6 +301,13 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     start.score = moved.score;
     out.stats.partition_moves += moved.moves;
   }
+  // The search runs until its share of the time limit, unless the run has a budget (repeatable
+  // runs) or --exact without CP-SAT (whose models get the time left). With CP-SAT, --exact leaves
+  // it the second half.
+  const bool exact_by_time = options.exact && cp_sat_available().ok();
+  const bool by_time = options.max_evaluations == 0 && (!options.exact || exact_by_time);
+  const double search_share = exact_by_time ? 0.5 : kSearchShare;
+  const double race_share = repartition ? search_share * kRaceShareBeforePartition / kSearchShare : search_share;
   Placements placements = placements_of(starts, num_searches, options.robust_sigma > 0 ? &robust : nullptr,
                                         options.objective, repartition, &out.stats.placements_searched);
   const size_t ops = starts[0].built.schedule.num_ops();
@@ -312,9 +319,9 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
                      options.max_evaluations > 0
                          ? options.max_evaluations
                          : std::clamp<int64_t>(static_cast<int64_t>(2e8 / std::max<size_t>(ops, 1)), 2000, 300000),
-                 .until_time = options.max_evaluations == 0 && !options.exact,
+                 .until_time = by_time,
                  .t0 = t0,
-                 .stop_after_s = options.time_limit_s * (repartition ? kRaceShareBeforePartition : kSearchShare),
+                 .stop_after_s = options.time_limit_s * race_share,
                  .bound_us = placements.bound(),
                  .noise_for = [&](const Problem& sp) { return placements.noise_for(sp); },
                  .progress = options.progress,
@@ -331,8 +338,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   out.problem = st.built.problem;
   SearchResult searched = raced.best;
   if (repartition && layers_match(out.problem))
-    search_partition(options, race.budget / 4, after(kSearchShare), placements.noise_for(out.problem), &out.problem,
-                     &searched, &out.stats);
+    search_partition(options, by_time, race.budget / 4, after(search_share), placements.noise_for(out.problem),
+                     &out.problem, &searched, &out.stats);
   // What the search's plateau walk left behind and the winner does not need (in the time the
   // search left, or as many simulations as the schedule's size allows when it did not bind).
   Tidied tidied = drop_needless(out.problem, searched.best,
