@@ -257,7 +257,7 @@ TEST(Optimize, ExactProvesOptimalityOnTinyProblems) {
     EXPECT_LE(r.timeline.makespan_us, heuristic.timeline.makespan_us + 1e-6);
     proven += r.outcome == Outcome::kOptimal;
   }
-  EXPECT_EQ(open_gaps, 5);  // the test must exercise the MILP
+  EXPECT_EQ(open_gaps, 5);  // the test must exercise the exact models
   EXPECT_EQ(proven, 4);
 }
 

@@ -12,10 +12,13 @@
 // the level within budget − static. Minimize the makespan; `hint` seeds the search. The
 // solution is read back like the Gecode model's (grid.h) and simulated.
 //
-// The bound: CP-SAT's best objective bound, times the grid. It holds for every schedule of the
-// placement that the model's rules allow (`bound_holds`) when the grid is exact (no duration was
-// rounded) or `memory` is off: the model then relaxes the simulator (any start times, any
-// transfer times, B and W apart even where a schedule fuses them).
+// The bound: CP-SAT's best objective bound, times the grid. Every duration, transfers included,
+// is rounded down onto the grid and memory is exact in bytes, so any schedule of the placement
+// that the model's rules allow, its start times floored onto the grid, is a solution no longer
+// than it: the bound holds for all of them (`bound_holds`; not for a neighbourhood, `keep`).
+// The model relaxes the simulator besides (any start and transfer times, B and W apart even where
+// a schedule fuses them); like the other exact models it keeps each stage's F, B and W first in,
+// first out, which loses nothing for interchangeable microbatches.
 //
 //   if (cp_sat_available().ok()) {
 //     CpSatSolution s = solve_cp_sat(problem, {.time_limit_s = 10, .hint = &heuristic.schedule});
@@ -25,6 +28,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "optpipe/problem.h"
 #include "optpipe/schedule.h"
@@ -41,6 +45,10 @@ struct CpSatOptions {
   uint64_t seed = 0;
   double unit_us = 0;              // grid; 0: as the Gecode model's
   const Schedule* hint = nullptr;  // a schedule of the same problem to start from
+  // A neighbourhood of `hint` (large-neighbourhood search): the F, B and W whose entry (by op id)
+  // is true keep their order on their device as in `hint`, and their stage-microbatch its
+  // recompute and offload choice; the others are free.
+  const std::vector<bool>* keep = nullptr;
 };
 
 struct [[nodiscard]] CpSatSolution {
@@ -59,6 +67,11 @@ struct [[nodiscard]] CpSatSolution {
 
 // Ok when CP-SAT's library loads; else why not (where it was looked for, what failed).
 Status cp_sat_available();
+
+// CP-SAT expands each device's reservoir into precedences between its events, quadratically
+// (D = 16, M = 128 took 5 GB before its time limit could stop it): models whose Σ over devices
+// of events² is beyond 2·10⁶ are refused, as InvalidInput from solve_cp_sat.
+bool cp_sat_model_fits(const Problem& p, const CpSatOptions& options);
 
 CpSatSolution solve_cp_sat(const Problem& p, const CpSatOptions& options);
 

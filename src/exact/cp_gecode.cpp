@@ -301,7 +301,8 @@ CpSolution solve_cp_or_throw(const Problem& p, const CpOptions& options) {
   out.status = check_problem(p);
   if (out.status.ok()) out.status = check_no_recompute_layers(p);
   if (!out.status.ok()) return out;
-  const Grid g = make_grid(p, options.recompute, options.memory && options.offload, options.unit_us);
+  const Grid g =
+      make_grid(p, options.recompute, options.memory && options.offload, options.unit_us, /*transfers_round_up=*/true);
   auto root = std::make_unique<PipeSpace>(p, g, options.memory, options.recompute, options.offload);
   if (root->status() == SS_FAILED) {
     out.status = Status::Infeasible("the CP model has no solution: nothing fits the budget");

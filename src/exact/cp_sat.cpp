@@ -113,6 +113,13 @@ class ModelWriter {
     lin.packed(f::kLinearDomain, {rhs, std::numeric_limits<int64_t>::max()});
     constraint(f::kCtLinear, lin, enforce);
   }
+  void fix(int var, int64_t value) {
+    wire::Writer lin;
+    lin.packed(f::kLinearVars, {var});
+    lin.packed(f::kLinearCoeffs, {1});
+    lin.packed(f::kLinearDomain, {value, value});
+    constraint(f::kCtLinear, lin, -1);
+  }
   void at_most_one(int a, int b) {
     wire::Writer lin;
     lin.packed(f::kLinearVars, {a, b});
@@ -187,18 +194,6 @@ struct Vars {
   int makespan = -1;
   int always = -1;  // the literal "true"
 };
-
-bool grid_is_exact(const Problem& p, const Grid& g, const CpSatOptions& o) {
-  auto on_grid = [&](double us, int steps) { return std::fabs(us - steps * g.unit_us) < 1e-6 * std::max(1.0, us); };
-  if (!on_grid(p.t_comm_us, g.hop)) return false;
-  for (size_t k = 0; k < g.ops.size(); k++)
-    if (!on_grid(op_duration_us(p, g.ops[k]), g.dur[k])) return false;
-  for (int s = 0; s < p.num_stages(); s++) {
-    if (o.recompute && !on_grid(p.stages[s].t_r_us, g.r_dur[s])) return false;
-    if (o.offload && (!on_grid(p.offload_us(s), g.off_dur[s]) || !on_grid(p.reload_us(s), g.rel_dur[s]))) return false;
-  }
-  return true;
-}
 
 Vars write_model(const Problem& p, const Grid& g, const CpSatOptions& o, ModelWriter* m) {
   const int S = p.num_stages(), M = p.num_microbatches;
@@ -306,6 +301,36 @@ Vars write_model(const Problem& p, const Grid& g, const CpSatOptions& o, ModelWr
   return v;
 }
 
+// The neighbourhood of `s`: the kept ops in its order on each device (a fused backward as B then
+// W), the kept stage-microbatches' choices as in `s`.
+void write_keep(const Problem& p, const Grid& g, const Schedule& s, const std::vector<bool>& keep, const Vars& v,
+                ModelWriter* m) {
+  const int M = p.num_microbatches;
+  std::vector<bool> recomputed(p.num_stages() * M, false), offloaded(p.num_stages() * M, false);
+  for (const DeviceSchedule& d : s.devices) {
+    int prev = -1;  // the last kept op on the device, as a grid op
+    for (const Op& op : d.compute) {
+      if (op.kind == OpKind::kR) recomputed[op.stage * M + op.microbatch] = true;
+      std::vector<Op> parts{op};
+      if (op.kind == OpKind::kBW)
+        parts = {{OpKind::kB, op.stage, op.microbatch}, {OpKind::kW, op.stage, op.microbatch}};
+      for (const Op& part : parts) {
+        if (part.kind != OpKind::kF && part.kind != OpKind::kB && part.kind != OpKind::kW) continue;
+        if (!keep[op_id(p, part)]) continue;
+        const int k = g.index[op_id(p, part)];
+        if (prev >= 0) m->at_least(v.start[k], v.start[prev], g.dur[prev]);
+        prev = k;
+      }
+    }
+    for (const Op& op : d.offloads) offloaded[op.stage * M + op.microbatch] = true;
+  }
+  for (int k = 0; k < p.num_stages() * M; k++) {
+    if (!keep[op_id(p, Op{OpKind::kF, k / M, k % M})]) continue;
+    if (v.recompute[k] >= 0) m->fix(v.recompute[k], recomputed[k]);
+    if (v.offload[k] >= 0) m->fix(v.offload[k], offloaded[k]);
+  }
+}
+
 // The hint: `s` simulated, its start times on the grid, its recompute and offload choices.
 void write_hint(const Problem& p, const Grid& g, const Schedule& s, const Vars& v, ModelWriter* m) {
   SimResult sim = simulate(p, s, {.op_times = true});
@@ -380,16 +405,28 @@ std::string parameters(const CpSatOptions& o) {
 
 }  // namespace
 
+bool cp_sat_model_fits(const Problem& p, const CpSatOptions& options) {
+  if (!options.memory) return true;
+  const int64_t per_microbatch = 6 + (options.recompute ? 3 : 0) + (options.offload ? 2 : 0);
+  std::vector<int64_t> events(p.num_devices, 0);
+  for (int s = 0; s < p.num_stages(); s++) events[p.device_of(s)] += per_microbatch * p.num_microbatches;
+  double squares = 0;
+  for (int64_t n : events) squares += static_cast<double>(n) * static_cast<double>(n);
+  return squares <= 2e6;
+}
+
 Status cp_sat_available() {
   const Library& lib = library();
   return lib.solve ? Status::Ok() : Status::Invalid(lib.error);
 }
 
 std::string cp_sat_model_bytes(const Problem& p, const CpSatOptions& options) {
-  const Grid g = make_grid(p, options.memory && options.recompute, options.memory && options.offload, options.unit_us);
+  const Grid g =
+      make_grid(p, options.memory && options.recompute, options.memory && options.offload, options.unit_us, false);
   ModelWriter m;
   const Vars v = write_model(p, g, options, &m);
   if (options.hint) write_hint(p, g, *options.hint, v, &m);
+  if (options.hint && options.keep) write_keep(p, g, *options.hint, *options.keep, v, &m);
   return m.bytes();
 }
 
@@ -399,6 +436,8 @@ CpSatSolution solve_cp_sat(const Problem& p, const CpSatOptions& options) {
   out.status = check_problem(p);
   if (out.status.ok()) out.status = check_no_recompute_layers(p);
   if (out.status.ok()) out.status = cp_sat_available();
+  if (out.status.ok() && !cp_sat_model_fits(p, options))
+    out.status = Status::Invalid("the CP-SAT model is too large (its memory reservoirs grow quadratically)");
   if (!out.status.ok()) return out;
   for (const DeviceSpec& d : p.devices)
     if (options.memory && d.static_bytes > d.mem_budget_bytes) {
@@ -406,10 +445,11 @@ CpSatSolution solve_cp_sat(const Problem& p, const CpSatOptions& options) {
       return out;
     }
   const bool recompute = options.memory && options.recompute, offload = options.memory && options.offload;
-  const Grid g = make_grid(p, recompute, offload, options.unit_us);
+  const Grid g = make_grid(p, recompute, offload, options.unit_us, /*transfers_round_up=*/false);
   ModelWriter m;
   const Vars v = write_model(p, g, options, &m);
   if (options.hint) write_hint(p, g, *options.hint, v, &m);
+  if (options.hint && options.keep) write_keep(p, g, *options.hint, *options.keep, v, &m);
   const std::string params = parameters(options);
   void* raw = nullptr;
   int raw_len = 0;
@@ -431,7 +471,7 @@ CpSatSolution solve_cp_sat(const Problem& p, const CpSatOptions& options) {
     return out;
   }
   out.bound_us = r.bound * g.unit_us;
-  out.bound_holds = !options.memory || grid_is_exact(p, g, options);
+  out.bound_holds = !options.keep;  // every duration rounded down (grid.h)
   out.proven_optimal = r.status == kOptimal;
   if (r.status != kFeasible && r.status != kOptimal) {
     out.status = Status::TimeLimit("CP-SAT found no solution within its time limit");

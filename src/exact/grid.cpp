@@ -21,6 +21,8 @@ double serial_total_us(const Problem& p, bool recompute, bool offload) {
   return total_us;
 }
 
+// The coarsest 2^-k µs on which every duration and hop the model uses is exact (transfers only
+// when they round up: rounded down they are a relaxation anyway).
 double grid_unit_us(const Problem& p, bool recompute, bool offload, double unit_us, double total_us) {
   auto exact_on = [&](double unit) {
     auto whole = [&](double us) { return std::fabs(us / unit - std::round(us / unit)) < 1e-6; };
@@ -41,11 +43,11 @@ double grid_unit_us(const Problem& p, bool recompute, bool offload, double unit_
 
 }  // namespace
 
-Grid make_grid(const Problem& p, bool recompute, bool offload, double unit_us) {
+Grid make_grid(const Problem& p, bool recompute, bool offload, double unit_us, bool transfers_round_up) {
   const int S = p.num_stages(), M = p.num_microbatches;
   const double total_us = serial_total_us(p, recompute, offload);
   Grid g;
-  g.unit_us = grid_unit_us(p, recompute, offload, unit_us, total_us);
+  g.unit_us = grid_unit_us(p, recompute, offload && transfers_round_up, unit_us, total_us);
   g.horizon = static_cast<int>(std::ceil(total_us / g.unit_us)) + 1;
   g.hop = static_cast<int>(std::floor(p.t_comm_us / g.unit_us));
   g.index.assign(num_op_ids(p), -1);
@@ -59,8 +61,11 @@ Grid make_grid(const Problem& p, bool recompute, bool offload, double unit_us) {
       }
   for (int s = 0; s < S; s++) {
     g.r_dur.push_back(static_cast<int>(std::floor(p.stages[s].t_r_us / g.unit_us)));
-    g.off_dur.push_back(static_cast<int>(std::ceil(p.offload_us(s) / g.unit_us - 1e-9)));
-    g.rel_dur.push_back(static_cast<int>(std::ceil(p.reload_us(s) / g.unit_us - 1e-9)));
+    auto steps = [&](double us) {
+      return static_cast<int>(transfers_round_up ? std::ceil(us / g.unit_us - 1e-9) : std::floor(us / g.unit_us));
+    };
+    g.off_dur.push_back(steps(p.offload_us(s)));
+    g.rel_dur.push_back(steps(p.reload_us(s)));
   }
   return g;
 }

@@ -74,6 +74,12 @@ void run_cp_sat(const OptimizeOptions& options, Clock::time_point t0, const std:
 
 }  // namespace
 
+bool exact_uses_cp_sat(const Problem& p, const OptimizeOptions& options) {
+  const bool per_microbatch_recompute = options.rules.recompute && !options.rules.whole_stage_recompute;
+  return cp_sat_available().ok() &&
+         cp_sat_model_fits(p, {.recompute = per_microbatch_recompute, .offload = options.rules.offload});
+}
+
 // The exact models on small problems, in the time left. To improve the winner in its placement:
 // the CP model and the MILP with the budget, both deciding offloads and recomputes (the MILP
 // warm-started from the winner when it has no offloads and each R sits just before its B); a
@@ -89,7 +95,7 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
   for (size_t k = 0; k < problems->size(); k++)
     if ((*bounds)[k] < current.objective_us * (1 - 1e-12)) open.push_back(k);
   if (open.empty()) return;  // already proven optimal
-  if (cp_sat_available().ok()) return run_cp_sat(options, t0, *problems, open, bounds, out);
+  if (exact_uses_cp_sat(out->problem, options)) return run_cp_sat(options, t0, *problems, open, bounds, out);
   const double share = (options.time_limit_s - seconds_since(t0)) / (2 + 2 * open.size());
   if (share < 0.05) return;
   // The models decide recomputes per microbatch: with whole-stage recompute they decide none (a

@@ -10,6 +10,10 @@
 
 namespace optpipe {
 
+// Whether run_exact uses CP-SAT on p (its library is there and the model is not too large), or
+// else Gecode and CBC.
+bool exact_uses_cp_sat(const Problem& p, const OptimizeOptions& options);
+
 // `problems` and `bounds` are parallel: each placement searched and its bound so far, raised here
 // where a model proves more. `out` holds the winner; it is replaced by a faster model solution.
 void run_exact(const OptimizeOptions& options, std::chrono::steady_clock::time_point t0,

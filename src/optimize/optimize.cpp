@@ -304,7 +304,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // The search runs until its share of the time limit, unless the run has a budget (repeatable
   // runs) or --exact without CP-SAT (whose models get the time left). With CP-SAT, --exact leaves
   // it the second half.
-  const bool exact_by_time = options.exact && cp_sat_available().ok();
+  const bool exact_by_time = options.exact && exact_uses_cp_sat(starts[0].built.problem, options);
   const bool by_time = options.max_evaluations == 0 && (!options.exact || exact_by_time);
   const double search_share = exact_by_time ? 0.5 : kSearchShare;
   const double race_share = repartition ? search_share * kRaceShareBeforePartition / kSearchShare : search_share;
