@@ -68,9 +68,10 @@ struct [[nodiscard]] CpSatSolution {
 // Ok when CP-SAT's library loads; else why not (where it was looked for, what failed).
 Status cp_sat_available();
 
-// CP-SAT expands each device's reservoir into precedences between its events, quadratically
-// (D = 16, M = 128 took 5 GB before its time limit could stop it): models whose Σ over devices
-// of events² is beyond 2·10⁶ are refused, as InvalidInput from solve_cp_sat.
+// Models beyond 10⁵ intervals and memory events are refused (InvalidInput from solve_cp_sat):
+// CP-SAT builds and presolves the whole model before its time limit can stop it. (Its
+// reservoirs are kept as they are, not expanded into precedences between their events, which
+// grow quadratically: D = 16, M = 128 took 5 GB that way, 0.2 GB this way.)
 bool cp_sat_model_fits(const Problem& p, const CpSatOptions& options);
 
 CpSatSolution solve_cp_sat(const Problem& p, const CpSatOptions& options);

@@ -100,8 +100,9 @@ struct OptimizeStats {
   };
   Baseline best_family, best_published_family;
   std::vector<std::string> placements_searched;
-  int exact_solves = 0;     // CP and MILP solves run (OptimizeOptions::exact)
-  int64_t exact_nodes = 0;  // their branch-and-bound nodes
+  int exact_solves = 0;      // CP, CP-SAT and MILP solves run (--exact, and CP-SAT's neighbourhoods)
+  int64_t exact_nodes = 0;   // their branch-and-bound nodes (CP-SAT: branches)
+  int lns_improvements = 0;  // CP-SAT neighbourhoods that improved the search's winner
   // After the search: recomputes and offloads taken out of the winner because it overflows no
   // more and ends no later without them.
   int recomputes_dropped = 0, offloads_dropped = 0;

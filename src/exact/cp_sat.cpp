@@ -73,6 +73,7 @@ constexpr int kReservoirMin = 1, kReservoirMax = 2, kReservoirTimes = 3, kReserv
 constexpr int kObjectiveVars = 1, kObjectiveCoeffs = 4;
 constexpr int kHintVars = 1, kHintValues = 2;
 constexpr int kParamsMaxTime = 36, kParamsSeed = 31, kParamsWorkers = 206, kParamsLog = 41;
+constexpr int kParamsExpandReservoirs = 182;
 constexpr int kResponseStatus = 1, kResponseSolution = 2, kResponseObjective = 3, kResponseBound = 4;
 constexpr int kResponseConflicts = 11, kResponseBranches = 12;
 }  // namespace f
@@ -224,7 +225,7 @@ Vars write_model(const Problem& p, const Grid& g, const CpSatOptions& o, ModelWr
       }
       m->at_least(v.start[W], v.start[B], g.dur[B]);
       m->at_least(v.makespan, v.start[W], g.dur[W]);
-      if (i > 0)  // first in, first out per stage and kind
+      if (i > 0 && !o.keep)  // first in, first out per stage and kind (a neighbourhood keeps its hint's order)
         for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW})
           m->at_least(v.start[at(k, s, i)], v.start[at(k, s, i - 1)], g.dur[at(k, s, i - 1)]);
     }
@@ -363,6 +364,7 @@ void write_hint(const Problem& p, const Grid& g, const Schedule& s, const Vars& 
       if (ran(off)) set(v.off_start[k], step(off)), set(v.rel_start[k], step(rel));
     }
   }
+  set(v.makespan, static_cast<int64_t>(std::ceil(t.makespan_us / g.unit_us - 1e-9)));
   m->hint(vars, values);
 }
 
@@ -400,19 +402,17 @@ std::string parameters(const CpSatOptions& o) {
   w.int64(f::kParamsWorkers, o.workers > 0 ? o.workers : std::min(cores, 8));
   w.int64(f::kParamsSeed, static_cast<int64_t>(o.seed % 2147483647));
   w.varint(f::kParamsLog, 0);
+  // The reservoirs kept as they are: expanded (the default) they grow quadratically in the
+  // events, and presolve then loses the hint (a neighbourhood's first solution).
+  w.varint(f::kParamsExpandReservoirs, 0);
   return w.data();
 }
 
 }  // namespace
 
 bool cp_sat_model_fits(const Problem& p, const CpSatOptions& options) {
-  if (!options.memory) return true;
-  const int64_t per_microbatch = 6 + (options.recompute ? 3 : 0) + (options.offload ? 2 : 0);
-  std::vector<int64_t> events(p.num_devices, 0);
-  for (int s = 0; s < p.num_stages(); s++) events[p.device_of(s)] += per_microbatch * p.num_microbatches;
-  double squares = 0;
-  for (int64_t n : events) squares += static_cast<double>(n) * static_cast<double>(n);
-  return squares <= 2e6;
+  const int64_t per_microbatch = 3 + (options.memory ? 3 : 0) + (options.recompute ? 3 : 0) + (options.offload ? 2 : 0);
+  return static_cast<int64_t>(p.num_stages()) * p.num_microbatches * per_microbatch <= 100000;
 }
 
 Status cp_sat_available() {

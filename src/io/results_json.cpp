@@ -163,6 +163,7 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
                 {"placements_searched", st.placements_searched},
                 {"partition_moves", st.partition_moves},
                 {"exact_solves", st.exact_solves},
+                {"lns_improvements", st.lns_improvements},
                 {"exact_nodes", st.exact_nodes},
                 {"recomputes_dropped", st.recomputes_dropped},
                 {"offloads_dropped", st.offloads_dropped},

@@ -38,6 +38,7 @@ using Clock = std::chrono::steady_clock;
 // partition is searched too, the race stops earlier and the rest goes to the partition.
 constexpr double kSearchShare = 0.95;
 constexpr double kRaceShareBeforePartition = 0.7;
+constexpr double kLnsFrom = 0.6;  // with CP-SAT's neighbourhoods: the search's share before them
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -67,6 +68,11 @@ struct Placements {
     return nullptr;
   }
   double bound() const { return *std::min_element(bounds.begin(), bounds.end()); }
+  void raise_bound(const Problem& sp, double bound_us) {
+    for (size_t k = 0; k < problems.size(); k++)
+      if (problems[k]->placement == sp.placement && problems[k]->chunks_per_device == sp.chunks_per_device)
+        bounds[k] = std::max(bounds[k], bound_us);
+  }
 };
 
 Placements placements_of(const std::vector<Start>& starts, int num_searches, const NoiseSpec* robust,
@@ -306,7 +312,9 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // it the second half.
   const bool exact_by_time = options.exact && exact_uses_cp_sat(starts[0].built.problem, options);
   const bool by_time = options.max_evaluations == 0 && (!options.exact || exact_by_time);
-  const double search_share = exact_by_time ? 0.5 : kSearchShare;
+  // Without --exact, CP-SAT's neighbourhoods take the search's last third where they apply.
+  const bool lns = by_time && !options.exact && lns_applies(starts[0].built.problem, options);
+  const double search_share = exact_by_time ? 0.5 : lns ? kLnsFrom : kSearchShare;
   const double race_share = repartition ? search_share * kRaceShareBeforePartition / kSearchShare : search_share;
   Placements placements = placements_of(starts, num_searches, options.robust_sigma > 0 ? &robust : nullptr,
                                         options.objective, repartition, &out.stats.placements_searched);
@@ -340,6 +348,12 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   if (repartition && layers_match(out.problem))
     search_partition(options, by_time, race.budget / 4, after(search_share), placements.noise_for(out.problem),
                      &out.problem, &searched, &out.stats);
+  if (lns) {
+    const double bound_us =
+        run_lns(options, out.problem, placements.bound(), after(kSearchShare), &searched, &out.stats);
+    // Its bound holds for the problem's partition only.
+    if (!repartition) placements.raise_bound(out.problem, bound_us);
+  }
   // What the search's plateau walk left behind and the winner does not need (in the time the
   // search left, or as many simulations as the schedule's size allows when it did not bind).
   Tidied tidied = drop_needless(out.problem, searched.best,
