@@ -22,6 +22,10 @@ constexpr size_t kMaxExactBinaries = 4000;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The models decide recomputes per microbatch: with whole-stage recompute they decide none (a
+// schedule without recomputes keeps to that rule too).
+bool per_microbatch_recompute(const ScheduleRules& rules) { return rules.recompute && !rules.whole_stage_recompute; }
+
 // CP-SAT with the budget and the rules' decisions: in the winner's placement (hinted with the
 // winner) first, with half the time left, then in each other open placement. A faster solution
 // that fits replaces the winner; a bound that holds (cp_sat.h) for a model that decides what the
@@ -31,9 +35,9 @@ void run_cp_sat(const OptimizeOptions& options, Clock::time_point t0, const std:
   const Scoring scoring{options.objective, nullptr};
   Score current;
   OPTPIPE_CHECK(score_schedule(out->problem, out->schedule, &current, scoring), "the winner must simulate");
-  const bool per_microbatch_recompute = options.rules.recompute && !options.rules.whole_stage_recompute;
+  const bool recompute = per_microbatch_recompute(options.rules);
   // The model decides what the rules allow: then its bound holds for every schedule they allow.
-  const bool covers_rules = per_microbatch_recompute == options.rules.recompute;
+  const bool covers_rules = recompute == options.rules.recompute;
   auto same_placement = [](const Problem& a, const Problem& b) {
     return a.placement == b.placement && a.chunks_per_device == b.chunks_per_device;
   };
@@ -52,7 +56,7 @@ void run_cp_sat(const OptimizeOptions& options, Clock::time_point t0, const std:
     const double limit = winners && order.size() > 1 ? left / 2 : left / static_cast<double>(order.size() - n);
     if (limit < 0.05) return;
     const Problem& pk = winners ? out->problem : *problems[k];
-    CpSatSolution sol = solve_cp_sat(pk, {.recompute = per_microbatch_recompute,
+    CpSatSolution sol = solve_cp_sat(pk, {.recompute = recompute,
                                           .offload = options.rules.offload,
                                           .time_limit_s = limit,
                                           .workers = std::max(2, options.threads),
@@ -76,9 +80,8 @@ void run_cp_sat(const OptimizeOptions& options, Clock::time_point t0, const std:
 }  // namespace
 
 bool exact_uses_cp_sat(const Problem& p, const OptimizeOptions& options) {
-  const bool per_microbatch_recompute = options.rules.recompute && !options.rules.whole_stage_recompute;
   return cp_sat_available().ok() &&
-         cp_sat_model_fits(p, {.recompute = per_microbatch_recompute, .offload = options.rules.offload});
+         cp_sat_model_fits(p, {.recompute = per_microbatch_recompute(options.rules), .offload = options.rules.offload});
 }
 
 // The exact models on small problems, in the time left. To improve the winner in its placement:
@@ -99,9 +102,7 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
   if (exact_uses_cp_sat(out->problem, options)) return run_cp_sat(options, t0, *problems, open, bounds, out);
   const double share = (options.time_limit_s - seconds_since(t0)) / (2 + 2 * open.size());
   if (share < 0.05) return;
-  // The models decide recomputes per microbatch: with whole-stage recompute they decide none (a
-  // schedule without recomputes keeps to that rule too).
-  const bool per_microbatch_recompute = options.rules.recompute && !options.rules.whole_stage_recompute;
+  const bool recompute = per_microbatch_recompute(options.rules);
   auto consider = [&](const Status& st, Schedule& candidate, const char* how) {
     Score sc;
     if (st.ok() && score_schedule(out->problem, candidate, &sc, scoring) && sc < current) {
@@ -111,15 +112,14 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
     }
   };
   CpSolution cp = solve_cp(
-      out->problem,
-      {.memory = true, .time_limit_s = share, .recompute = per_microbatch_recompute, .offload = options.rules.offload});
+      out->problem, {.memory = true, .time_limit_s = share, .recompute = recompute, .offload = options.rules.offload});
   out->stats.exact_solves++;
   out->stats.exact_nodes += cp.nodes;
   consider(cp.status, cp.schedule, " +cp");
   const MilpOptions budgeted{.memory = true,
                              .time_limit_s = share,
                              .threads = options.threads,
-                             .recompute = per_microbatch_recompute,
+                             .recompute = recompute,
                              .offload = options.rules.offload};
   // Sized from the problem before anything is built: a model can run to millions of binaries.
   Result<MilpModel> model = milp_min_binaries(out->problem) <= kMaxExactBinaries
@@ -174,10 +174,9 @@ double run_lns(const OptimizeOptions& options, const Problem& p, double bound_us
                SearchResult* searched, OptimizeStats* stats) {
   const Scoring scoring{options.objective, nullptr};
   const int D = p.num_devices, M = p.num_microbatches, S = p.num_stages();
-  const bool per_microbatch_recompute = options.rules.recompute && !options.rules.whole_stage_recompute;
+  const bool recompute = per_microbatch_recompute(options.rules);
   std::mt19937_64 rng(options.seed ^ 0x4c4e53);
-  // The model decides what the rules allow: then its bound holds for every schedule they allow.
-  const bool covers_rules = per_microbatch_recompute == options.rules.recompute;
+  const bool covers_rules = recompute == options.rules.recompute;
   double proven_us = 0;
   std::vector<bool> keep(num_op_ids(p));
   for (int round = 0; round < 100000; round++) {
@@ -196,7 +195,7 @@ double run_lns(const OptimizeOptions& options, const Problem& p, double bound_us
     // The first neighbourhood is the whole schedule, for half the time: on small problems CP-SAT
     // hinted with the winner often gets furthest alone.
     const bool whole = round == 0;
-    CpSatSolution sol = solve_cp_sat(p, {.recompute = per_microbatch_recompute,
+    CpSatSolution sol = solve_cp_sat(p, {.recompute = recompute,
                                          .offload = options.rules.offload,
                                          .time_limit_s = whole ? left / 2 : std::min(1.0, left),
                                          .workers = whole ? std::max(2, options.threads) : 1,
