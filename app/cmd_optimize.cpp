@@ -3,7 +3,6 @@
 
 #include "commands.h"
 #include "inputs.h"
-#include "optpipe/cp_sat.h"
 #include "optpipe/files.h"
 #include "optpipe/json_io.h"
 #include "optpipe/results_json.h"
@@ -55,8 +54,7 @@ void print_optimized(const Problem& input, const OptimizeOptions& options, const
   }
   if (st.exact_solves > 0)
     std::printf("exact models (%s): %d solve(s), %lld nodes; %d neighbourhood(s) improved the search's answer\n",
-                cp_sat_available().ok() ? "CP-SAT" : "CP on Gecode, MILP on CBC", st.exact_solves,
-                static_cast<long long>(st.exact_nodes), st.lns_improvements);
+                st.exact_models, st.exact_solves, static_cast<long long>(st.exact_nodes), st.lns_improvements);
   std::printf(
       "search: %lld candidates in %.2f s, %lld improvements, %d needless recompute(s) and %d offload(s) "
       "taken out, seed %llu, %d thread(s)%s\n\n",

@@ -100,9 +100,10 @@ struct OptimizeStats {
   };
   Baseline best_family, best_published_family;
   std::vector<std::string> placements_searched;
-  int exact_solves = 0;      // CP, CP-SAT and MILP solves run (--exact, and CP-SAT's neighbourhoods)
-  int64_t exact_nodes = 0;   // their branch-and-bound nodes (CP-SAT: branches)
-  int lns_improvements = 0;  // CP-SAT neighbourhoods that improved the search's winner
+  int exact_solves = 0;           // CP, CP-SAT and MILP solves run (--exact, and CP-SAT's neighbourhoods)
+  int64_t exact_nodes = 0;        // their branch-and-bound nodes (CP-SAT: branches)
+  int lns_improvements = 0;       // CP-SAT neighbourhoods that improved the search's winner
+  const char* exact_models = "";  // which ran: "CP-SAT" or "CP on Gecode, MILP on CBC"
   // After the search: recomputes and offloads taken out of the winner because it overflows no
   // more and ends no later without them.
   int recomputes_dropped = 0, offloads_dropped = 0;

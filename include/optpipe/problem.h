@@ -205,6 +205,8 @@ std::vector<std::vector<int>> one_item_moves(const std::vector<int>& items_per_s
 // Per stage: its items (stages[s].num_layers), and of those its transformer layers.
 std::vector<int> items_per_stage(const Problem& p);
 std::vector<int> transformer_layers_per_stage(const Problem& p);
+// Whether a and b are cut for the same placement and number of chunks per device.
+bool same_placement(const Problem& a, const Problem& b);
 // Whether p's stages are still what its layers sum to (an edit of the stages or a profile makes
 // them stale, and rechunk then splits stages instead).
 bool layers_match(const Problem& p);

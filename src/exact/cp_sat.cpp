@@ -420,15 +420,28 @@ Status cp_sat_available() {
   return lib.solve ? Status::Ok() : Status::Invalid(lib.error);
 }
 
-std::string cp_sat_model_bytes(const Problem& p, const CpSatOptions& options) {
-  const Grid g =
-      make_grid(p, options.memory && options.recompute, options.memory && options.offload, options.unit_us, false);
+namespace {
+
+// The model written: its grid, its variables and the CpModelProto, hint and neighbourhood included.
+struct Built {
+  Grid g;
+  Vars v;
   ModelWriter m;
-  const Vars v = write_model(p, g, options, &m);
-  if (options.hint) write_hint(p, g, *options.hint, v, &m);
-  if (options.hint && options.keep) write_keep(p, g, *options.hint, *options.keep, v, &m);
-  return m.bytes();
+};
+
+Built build(const Problem& p, const CpSatOptions& options) {
+  Built b;
+  b.g = make_grid(p, options.memory && options.recompute, options.memory && options.offload, options.unit_us,
+                  /*transfers_round_up=*/false);
+  b.v = write_model(p, b.g, options, &b.m);
+  if (options.hint) write_hint(p, b.g, *options.hint, b.v, &b.m);
+  if (options.hint && options.keep) write_keep(p, b.g, *options.hint, *options.keep, b.v, &b.m);
+  return b;
 }
+
+}  // namespace
+
+std::string cp_sat_model_bytes(const Problem& p, const CpSatOptions& options) { return build(p, options).m.bytes(); }
 
 CpSatSolution solve_cp_sat(const Problem& p, const CpSatOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -437,19 +450,17 @@ CpSatSolution solve_cp_sat(const Problem& p, const CpSatOptions& options) {
   if (out.status.ok()) out.status = check_no_recompute_layers(p);
   if (out.status.ok()) out.status = cp_sat_available();
   if (out.status.ok() && !cp_sat_model_fits(p, options))
-    out.status = Status::Invalid("the CP-SAT model is too large (its memory reservoirs grow quadratically)");
+    out.status = Status::Invalid("the CP-SAT model is too large (over 10^5 intervals and memory events)");
   if (!out.status.ok()) return out;
   for (const DeviceSpec& d : p.devices)
     if (options.memory && d.static_bytes > d.mem_budget_bytes) {
       out.status = Status::Infeasible("a device's static memory exceeds its budget");
       return out;
     }
-  const bool recompute = options.memory && options.recompute, offload = options.memory && options.offload;
-  const Grid g = make_grid(p, recompute, offload, options.unit_us, /*transfers_round_up=*/false);
-  ModelWriter m;
-  const Vars v = write_model(p, g, options, &m);
-  if (options.hint) write_hint(p, g, *options.hint, v, &m);
-  if (options.hint && options.keep) write_keep(p, g, *options.hint, *options.keep, v, &m);
+  const Built b = build(p, options);
+  const Grid& g = b.g;
+  const Vars& v = b.v;
+  const ModelWriter& m = b.m;
   const std::string params = parameters(options);
   void* raw = nullptr;
   int raw_len = 0;

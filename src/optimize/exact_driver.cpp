@@ -38,9 +38,6 @@ void run_cp_sat(const OptimizeOptions& options, Clock::time_point t0, const std:
   const bool recompute = per_microbatch_recompute(options.rules);
   // The model decides what the rules allow: then its bound holds for every schedule they allow.
   const bool covers_rules = recompute == options.rules.recompute;
-  auto same_placement = [](const Problem& a, const Problem& b) {
-    return a.placement == b.placement && a.chunks_per_device == b.chunks_per_device;
-  };
   std::vector<size_t> order;  // the winner's placement first
   for (size_t k : open)
     if (same_placement(*problems[k], out->problem))
@@ -99,7 +96,11 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
   for (size_t k = 0; k < problems->size(); k++)
     if ((*bounds)[k] < current.objective_us * (1 - 1e-12)) open.push_back(k);
   if (open.empty()) return;  // already proven optimal
-  if (exact_uses_cp_sat(out->problem, options)) return run_cp_sat(options, t0, *problems, open, bounds, out);
+  if (exact_uses_cp_sat(out->problem, options)) {
+    out->stats.exact_models = "CP-SAT";
+    return run_cp_sat(options, t0, *problems, open, bounds, out);
+  }
+  out->stats.exact_models = "CP on Gecode, MILP on CBC";
   const double share = (options.time_limit_s - seconds_since(t0)) / (2 + 2 * open.size());
   if (share < 0.05) return;
   const bool recompute = per_microbatch_recompute(options.rules);
@@ -137,9 +138,7 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
     if (sol.status.ok() && !options.rules.offload && !options.rules.recompute &&
         options.objective == Objective::kMakespan)
       for (size_t k = 0; k < problems->size(); k++)
-        if ((*problems)[k]->placement == out->problem.placement &&
-            (*problems)[k]->chunks_per_device == out->problem.chunks_per_device)
-          (*bounds)[k] = std::max((*bounds)[k], sol.bound_us);
+        if (same_placement(*(*problems)[k], out->problem)) (*bounds)[k] = std::max((*bounds)[k], sol.bound_us);
   }
   // The models' bounds are on the makespan, which does not bound a span.
   if (options.objective == Objective::kSpan) return;
@@ -203,6 +202,7 @@ double run_lns(const OptimizeOptions& options, const Problem& p, double bound_us
                                          .hint = &searched->best,
                                          .keep = whole ? nullptr : &keep});
     stats->exact_solves++;
+    stats->exact_models = "CP-SAT";
     if (whole && covers_rules && sol.bound_holds && sol.status.code != StatusCode::kInfeasible)
       proven_us = sol.bound_us;
     Score sc;

@@ -62,16 +62,14 @@ struct Placements {
   const NoiseSamples* noise_for(const Problem& sp) const {
     if (noise.empty()) return nullptr;
     for (size_t k = 0; k < problems.size(); k++)
-      if (problems[k]->placement == sp.placement && problems[k]->chunks_per_device == sp.chunks_per_device)
-        return &noise[k];
+      if (same_placement(*problems[k], sp)) return &noise[k];
     OPTPIPE_CHECK(false, "every raced start's placement has its samples");
     return nullptr;
   }
   double bound() const { return *std::min_element(bounds.begin(), bounds.end()); }
   void raise_bound(const Problem& sp, double bound_us) {
     for (size_t k = 0; k < problems.size(); k++)
-      if (problems[k]->placement == sp.placement && problems[k]->chunks_per_device == sp.chunks_per_device)
-        bounds[k] = std::max(bounds[k], bound_us);
+      if (same_placement(*problems[k], sp)) bounds[k] = std::max(bounds[k], bound_us);
   }
 };
 

@@ -267,6 +267,10 @@ void cut_layers(const std::vector<int>& counts, Problem* p) {
   OPTPIPE_CHECK(next == p->layers.size(), "layer counts cover the layers");
 }
 
+bool same_placement(const Problem& a, const Problem& b) {
+  return a.placement == b.placement && a.chunks_per_device == b.chunks_per_device;
+}
+
 bool layers_match(const Problem& p) {
   if (p.layers.empty()) return false;
   Problem q = p;
