@@ -3,10 +3,12 @@
 // overflowing one. Every run here is bounded by evaluations, not by the clock.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "fixtures.h"
 #include "optimize/frugal.h"
+#include "optimize/partition.h"
 #include "optpipe/cost_model.h"
 #include "optpipe/families.h"
 #include "optpipe/optimize.h"
@@ -306,4 +308,75 @@ TEST(Partition, PinnedPartitionsStayAndTheFreeBoundHolds) {
     EXPECT_LE(free.lower_bound_us, fixed.timeline.makespan_us) << "trial " << trial;
     EXPECT_LE(free.timeline.makespan_us, fixed.timeline.makespan_us * (1 + 1e-9) + 1) << "free no worse than pinned";
   }
+}
+
+// The bound over every partition sees memory: on small random models (every partition
+// enumerated) it is never above the makespan bound of any one partition, and the budget raises it
+// on some.
+namespace {
+
+// Every cut of `items` into `stages` runs of at least one item.
+void every_cut(int items, int stages, std::vector<int>& counts, std::vector<std::vector<int>>* out) {
+  if (static_cast<int>(counts.size()) == stages - 1) {
+    counts.push_back(items);
+    out->push_back(counts);
+    counts.pop_back();
+    return;
+  }
+  for (int n = 1; n <= items - (stages - 1 - static_cast<int>(counts.size())); n++) {
+    counts.push_back(n);
+    every_cut(items - n, stages, counts, out);
+    counts.pop_back();
+  }
+}
+
+}  // namespace
+
+TEST(Partition, TheFreeBoundIsBelowEveryPartitionsBound) {
+  std::mt19937 rng(28);
+  int memory_raised = 0, cuts_checked = 0;
+  for (int trial = 0; trial < 60; trial++) {
+    UniformSpec u;
+    u.num_devices = 2 + static_cast<int>(rng() % 3);
+    u.num_microbatches = 2 + static_cast<int>(rng() % 10);
+    u.t_comm_us = rng() % 2 ? 0 : rng() % 200;
+    const Placement placements[] = {Placement::kLinear, Placement::kVShape, Placement::kInterleaved};
+    u.placement = placements[trial % 3];
+    u.chunks_per_device = u.placement == Placement::kLinear ? 1 : 2;
+    Problem p = make_uniform_problem(u);
+    const int S = p.num_stages(), L = S + 1 + static_cast<int>(rng() % 4);
+    p.host_link = {1 + rng() % 40 * 1.0, 1 + rng() % 40 * 1.0, static_cast<double>(rng() % 20)};
+    p.layers.resize(L);
+    for (LayerSpec& l : p.layers) {
+      l.t_f_us = 100 + rng() % 900;
+      l.t_r_us = l.t_f_us * (rng() % 2 ? 1 : 0.5);
+      l.t_b_us = 100 + rng() % 1800;
+      l.t_w_us = 50 + rng() % 900;
+      l.act_f_bytes = (1 + static_cast<int64_t>(rng() % 8)) << 28;
+      l.act_w_bytes = -l.act_f_bytes / (1 + static_cast<int64_t>(rng() % 4));
+      l.act_input_bytes = l.act_f_bytes / 16;
+      l.static_bytes = (1 + static_cast<int64_t>(rng() % 4)) << 30;
+    }
+    // Budgets from a few activations to what most of 1F1B keeps.
+    for (DeviceSpec& d : p.devices)
+      d.mem_budget_bytes = (int64_t{6} << 30) + (static_cast<int64_t>(rng() % (4 * S)) << 28);
+    std::vector<std::vector<int>> cuts;
+    std::vector<int> counts;
+    every_cut(L, S, counts, &cuts);
+    cut_layers(cuts.front(), &p);
+    const double free_bound = partition_free_lower_bound(p);
+    double least = std::numeric_limits<double>::infinity();
+    for (const std::vector<int>& cut : cuts) {
+      Result<Problem> q = with_partition(p, cut);
+      ASSERT_TRUE(q.ok()) << q.status.message;
+      least = std::min(least, makespan_lower_bound(q.value));
+      cuts_checked++;
+    }
+    EXPECT_LE(free_bound, least * (1 + 1e-9)) << "trial " << trial;
+    Problem rich = p;
+    for (DeviceSpec& d : rich.devices) d.mem_budget_bytes = int64_t{1} << 50;
+    memory_raised += free_bound > partition_free_lower_bound(rich) * (1 + 1e-9);
+  }
+  EXPECT_GT(cuts_checked, 1000);
+  EXPECT_GT(memory_raised, 10);
 }

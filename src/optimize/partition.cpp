@@ -2,6 +2,10 @@
 #include "optimize/partition.h"
 
 #include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "optimize/device_demand.h"
 
 namespace optpipe {
 
@@ -39,6 +43,151 @@ Repartitioned improve_partition(const Problem& p, const Schedule& s, const Score
   return out;
 }
 
+namespace {
+
+// The makespan bound's device terms (bounds.cpp) for the least a partition can give each device.
+// Stage s holding items [i, j) sits where its cut puts it: its head follows from the items before
+// i, its round trip from those from j on, so each (s, i, j) has a bound of its own, and the least
+// over partitions of the largest over stages follows by dynamic programming over the cuts.
+// Where a device holds v > 1 stages, each stage is priced as if its device held it and one item
+// in each other stage (the least the others can add): that drops area, work and static memory
+// but never adds them, and memory_fits_by holds for any subset. The warm-up idle term is priced
+// on the device's first stage, its later stages filling it at no memory from their earliest heads.
+double partition_memory_bound(const Problem& p) {
+  const int S = p.num_stages(), L = static_cast<int>(p.layers.size()), M = p.num_microbatches;
+  const int v = p.chunks_per_device;
+  if (L < S) return 0;
+  // Prefix sums over items: [k] is the sum of items 0..k−1.
+  std::vector<double> t_f(L + 1, 0), t_b(L + 1, 0), t_w(L + 1, 0), t_r(L + 1, 0), act_f(L + 1, 0), act_w(L + 1, 0),
+      static_bytes(L + 1, 0);
+  double least_work = std::numeric_limits<double>::infinity(), least_static = least_work;
+  for (int k = 0; k < L; k++) {
+    const LayerSpec& l = p.layers[k];
+    t_f[k + 1] = t_f[k] + l.t_f_us;
+    t_b[k + 1] = t_b[k] + l.t_b_us;
+    t_w[k + 1] = t_w[k] + l.t_w_us;
+    t_r[k + 1] = t_r[k] + l.t_r_us;
+    act_f[k + 1] = act_f[k] + static_cast<double>(l.act_f_bytes);
+    act_w[k + 1] = act_w[k] + static_cast<double>(l.act_w_bytes);
+    static_bytes[k + 1] = static_bytes[k] + static_cast<double>(l.static_bytes);
+    least_work = std::min(least_work, l.t_f_us + l.t_b_us + l.t_w_us);
+    least_static = std::min(least_static, static_cast<double>(l.static_bytes));
+  }
+  // Hops (changes of device) before stage s's first forward and after it, to the last stage.
+  std::vector<int> hops_before(S, 0), first_stage_of(p.num_devices, -1);
+  for (int s = 1; s < S; s++) hops_before[s] = hops_before[s - 1] + (p.device_of(s) != p.device_of(s - 1));
+  for (int s = S - 1; s >= 0; s--) first_stage_of[p.device_of(s)] = s;
+
+  const double kInf = std::numeric_limits<double>::infinity();
+  DeviceDemand dd;
+  dd.num_microbatches = M;
+  auto stage_bound = [&](int s, int i, int j) {
+    const int d = p.device_of(s), s0 = first_stage_of[d];
+    StageLoad sl;
+    StageSpec& st = sl.spec;
+    st.t_f_us = t_f[j] - t_f[i];
+    st.t_b_us = t_b[j] - t_b[i];
+    st.t_w_us = t_w[j] - t_w[i];
+    st.t_r_us = t_r[j] - t_r[i];
+    st.act_f_bytes = static_cast<int64_t>(act_f[j] - act_f[i]);
+    st.act_w_bytes = static_cast<int64_t>(act_w[j] - act_w[i]);
+    st.act_input_bytes = std::min(p.layers[i].act_input_bytes, st.act_f_bytes);
+    sl.head_us = t_f[i] + hops_before[s] * p.t_comm_us;
+    sl.round_trip_us = (t_f[L] - t_f[j]) + (t_b[L] - t_b[j]) + 2 * (hops_before[S - 1] - hops_before[s]) * p.t_comm_us;
+    sl.offload_us = p.host_link.latency_us + st.act_f_bytes / (p.host_link.d2h_gb_per_s * 1e3);
+    sl.reload_us = p.host_link.latency_us + st.act_f_bytes / (p.host_link.h2d_gb_per_s * 1e3);
+    // Stage s0 holds at least one item for each stage before it.
+    dd.first_us = s == s0 ? sl.head_us : t_f[s0] + hops_before[s0] * p.t_comm_us;
+    dd.work_us = M * (st.t_f_us + st.t_b_us + st.t_w_us) + (v - 1) * M * least_work;
+    dd.capacity_bytes = static_cast<double>(p.devices[d].mem_budget_bytes) - (static_bytes[j] - static_bytes[i]) -
+                        (v - 1) * least_static;
+    dd.stages.assign(1, sl);
+    double bound = memory_bound_us(dd);
+    if (s == s0) {  // the warm-up, with the device's later stages as free fill
+      dd.unpriced.clear();
+      for (int k = s + 1; k < S; k++) {
+        if (p.device_of(k) != d) continue;
+        // Stage k starts after one item for each stage before it and ends before one for each after.
+        const int end = L - (S - 1 - k);
+        dd.unpriced.push_back({t_f[k] + hops_before[k] * p.t_comm_us,
+                               t_f[L] + t_b[L] - t_b[end] + (2 * hops_before[S - 1] - hops_before[k]) * p.t_comm_us});
+      }
+      bound = std::max(bound, dd.first_us + dd.work_us + warmup_idle_us(dd));
+    }
+    return bound;
+  };
+  // best[j]: the least, over cuts of items [0, j) into stages 0..s, of the largest stage bound.
+  std::vector<double> best(L + 1, kInf), next(L + 1, kInf);
+  for (int j = 1; j <= L - (S - 1); j++) best[j] = stage_bound(0, 0, j);
+  for (int s = 1; s < S; s++) {
+    std::fill(next.begin(), next.end(), kInf);
+    for (int j = s + 1; j <= L - (S - 1 - s); j++)
+      for (int i = s; i < j; i++)
+        if (best[i] < next[j]) next[j] = std::min(next[j], std::max(best[i], stage_bound(s, i, j)));
+    best.swap(next);
+  }
+  return best[L];
+}
+
+// The least busiest device over every partition, contiguity relaxed: the first item always sits
+// on stage 0's device and the last on stage S−1's, every other item may go to any device, and a
+// device holds at least one item per stage. At a makespan T device d has T − (its earliest start)
+// − (its pinned items' work) for the rest; it fits at most the n_d smallest of them, so T is
+// possible only if those counts and that time cover every unpinned item. The least such T is a
+// bound (the stages' contiguous cut is one such assignment); with equal layers it is the exact
+// discrete balance, which the average misses.
+double partition_load_bound(const Problem& p) {
+  const int S = p.num_stages(), L = static_cast<int>(p.layers.size()), D = p.num_devices;
+  const int M = p.num_microbatches;
+  if (L < S || L < 2) return 0;
+  auto work = [&](int k) { return M * (p.layers[k].t_f_us + p.layers[k].t_b_us + p.layers[k].t_w_us); };
+  std::vector<double> pinned_us(D, 0), first_us(D, -1), rest;
+  std::vector<int> pinned_items(D, 0);
+  pinned_us[p.device_of(0)] += work(0);
+  pinned_us[p.device_of(S - 1)] += work(L - 1);
+  pinned_items[p.device_of(0)]++;
+  pinned_items[p.device_of(S - 1)]++;
+  double rest_us = 0, prefix_f = 0;
+  for (int k = 1; k + 1 < L; k++) {
+    rest.push_back(work(k));
+    rest_us += work(k);
+  }
+  std::sort(rest.begin(), rest.end());
+  int hops = 0;
+  for (int s = 0; s < S; s++) {
+    if (s > 0) {
+      hops += p.device_of(s) != p.device_of(s - 1);
+      prefix_f += p.layers[s - 1].t_f_us;  // one item for each stage before
+    }
+    if (first_us[p.device_of(s)] < 0) first_us[p.device_of(s)] = prefix_f + hops * p.t_comm_us;
+  }
+  auto possible = [&](double T) {
+    double room_us = 0;
+    int64_t room_items = 0;
+    for (int d = 0; d < D; d++) {
+      const double cap = T - first_us[d] - pinned_us[d];
+      if (cap < 0) return false;
+      int n = 0;
+      for (double left = cap; n < static_cast<int>(rest.size()) && rest[n] <= left; n++) left -= rest[n];
+      if (n < p.chunks_per_device - pinned_items[d]) return false;
+      room_us += cap;
+      room_items += n;
+    }
+    return room_items >= static_cast<int64_t>(rest.size()) && room_us >= rest_us;
+  };
+  double lo = 0, hi = 1;
+  for (int d = 0; d < D; d++) hi += first_us[d] + pinned_us[d];
+  hi += rest_us;
+  if (!possible(hi)) return 0;  // cannot happen: all on one device fits by then
+  for (int k = 0; k < 60; k++) {
+    const double mid = (lo + hi) / 2;
+    (possible(mid) ? hi : lo) = mid;
+  }
+  return lo;
+}
+
+}  // namespace
+
 double partition_free_lower_bound(const Problem& p, Objective objective) {
   const int D = p.num_devices, M = p.num_microbatches, S = p.num_stages();
   double items_work = 0, items_chain = 0, heaviest = 0;
@@ -61,7 +210,7 @@ double partition_free_lower_bound(const Problem& p, Objective objective) {
     if (d < static_cast<int>(p.layers.size())) first_items_f += p.layers[d].t_f_us;
   }
   const double average = (M * items_work + starts) / D;
-  return std::max({chain, average, M * heaviest});
+  return std::max({chain, average, M * heaviest, partition_load_bound(p), partition_memory_bound(p)});
 }
 
 }  // namespace optpipe
