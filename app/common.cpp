@@ -264,6 +264,15 @@ std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult
   return text + "\n";
 }
 
+std::string placement_gap_line(const OptimizeResult& r) {
+  if (r.gap - r.placement_gap < 0.0005) return "";
+  return fmt::format(
+      "gap within its placement ({} v{}): {:.1f}% to its bound {}; the rest is the weaker bound of "
+      "another placement searched",
+      placement_name(r.problem.placement), r.problem.chunks_per_device, 100 * r.placement_gap,
+      format_us(r.placement_lower_bound_us));
+}
+
 std::string partition_line(const OptimizeResult& r) {
   if (!layers_match(r.problem)) return "";
   const std::vector<int> layers = transformer_layers_per_stage(r.problem);

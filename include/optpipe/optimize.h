@@ -138,6 +138,10 @@ struct [[nodiscard]] OptimizeResult {
   double lower_bound_us = 0;  // of the objective: no schedule of the placements searched is better
                               // (makespan_lower_bound, or with `exact` the CP or MILP proof)
   double gap = 0;             // (objective − bound) / objective
+  // The same over the answer's own placement (linear, V-shape, interleaved with its chunks): a
+  // gap that is mostly another placement's weaker bound shows here as a smaller placement_gap.
+  double placement_lower_bound_us = 0;
+  double placement_gap = 0;
   // Per device: the budget the returned schedule needs (its peak; under any timing, its worst
   // case), a proven lower bound on what any schedule of the placements searched needs, and what
   // the frugal schedule needs under any timing (one microbatch in flight, every chunk but a

@@ -67,6 +67,13 @@ struct Placements {
     return nullptr;
   }
   double bound() const { return *std::min_element(bounds.begin(), bounds.end()); }
+  // The bound of sp's placement alone (the overall bound when sp's placement was not raced).
+  double bound_of(const Problem& sp) const {
+    double out = bound();
+    for (size_t k = 0; k < problems.size(); k++)
+      if (same_placement(*problems[k], sp)) out = std::max(out, bounds[k]);
+    return out;
+  }
   void raise_bound(const Problem& sp, double bound_us) {
     for (size_t k = 0; k < problems.size(); k++)
       if (same_placement(*problems[k], sp)) bounds[k] = std::max(bounds[k], bound_us);
@@ -85,6 +92,9 @@ Placements placements_of(const std::vector<Start>& starts, int num_searches, con
     // With the partition searched, only a bound that holds over every partition is valid.
     out.bounds.push_back(partition_free && layers_match(sp) ? partition_free_lower_bound(sp, objective)
                                                             : lower_bound_for(sp, /*fits_budget=*/true, objective));
+    if (getenv("DBG"))
+      fprintf(stderr, "placement %s bound %.0f fixed %.0f load %.0f\n", where.c_str(), out.bounds.back(),
+              lower_bound_for(sp, true, objective), load_lower_bound(sp));
   }
   if (robust)
     for (const Problem* sp : out.problems) {
@@ -97,7 +107,8 @@ Placements placements_of(const std::vector<Start>& starts, int num_searches, con
 
 // The winner gated (with any_timing), checked and simulated once more, the way everything optpipe
 // reports is; then its figures, bound, gap and outcome.
-void finish(const OptimizeOptions& options, Clock::time_point prune_until, double bound_us, OptimizeResult& out) {
+void finish(const OptimizeOptions& options, Clock::time_point prune_until, const Placements& placements,
+            OptimizeResult& out) {
   // The partition travels with the schedule, so that it is read back on the problem it was made for.
   out.schedule.items_per_stage = layers_match(out.problem) ? items_per_stage(out.problem) : std::vector<int>{};
   if (options.any_timing) {
@@ -118,9 +129,12 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, doubl
     out.needed_budget_bytes.push_back(options.any_timing ? f.worst_peak_bytes : f.peak_bytes);
   const bool fits =
       options.any_timing ? fits_any_timing(out.problem, out.timeline) : fits_budget(out.problem, out.timeline);
+  const double bound_us = placements.bound();
   out.lower_bound_us = bound_us;
+  out.placement_lower_bound_us = placements.bound_of(out.problem);
   const double value = objective_us(out.timeline, options.objective);
   out.gap = value > 0 ? std::max(0.0, (value - bound_us) / value) : 0;
+  out.placement_gap = value > 0 ? std::max(0.0, (value - out.placement_lower_bound_us) / value) : 0;
   out.outcome = !fits ? Outcome::kInfeasible : value <= bound_us * (1 + 1e-12) ? Outcome::kOptimal : Outcome::kFeasible;
 }
 
@@ -366,7 +380,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     // The exact models' bounds hold for their problem's partition only.
     if (repartition) placements.bounds = free_bounds;
   }
-  finish(options, after(1.1), placements.bound(), out);
+  finish(options, after(1.1), placements, out);
   // Every step after the search keeps a fitting answer fitting, or is undone: the tidied schedule
   // without the exact models' change, then the search's own winner.
   const bool search_fits = searched.best_score.overflow_bytes == 0;
@@ -374,7 +388,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     if (!search_fits || out.outcome != Outcome::kInfeasible) break;
     out.schedule = *undo;
     if (undo == &searched.best) out.stats.recomputes_dropped = out.stats.offloads_dropped = 0;
-    finish(options, after(1.1), placements.bound(), out);
+    finish(options, after(1.1), placements, out);
   }
   // The invariant: a fitting candidate means a fitting answer, no slower than that candidate.
   OPTPIPE_CHECK(!search_fits || out.outcome != Outcome::kInfeasible,

@@ -49,8 +49,8 @@ namespace {
 // Stage s holding items [i, j) sits where its cut puts it: its head follows from the items before
 // i, its round trip from those from j on, so each (s, i, j) has a bound of its own, and the least
 // over partitions of the largest over stages follows by dynamic programming over the cuts.
-// Where a device holds v > 1 stages, each stage is priced as if its device held it and one item
-// in each other stage (the least the others can add): that drops area, work and static memory
+// Where a device holds v > 1 stages, each stage is priced as if its device held it and the
+// lightest item each other stage can hold (the least the others can add): that drops area, work and static memory
 // but never adds them, and memory_fits_by holds for any subset. The warm-up idle term is priced
 // on the device's first stage, its later stages filling it at no memory from their earliest heads.
 double partition_memory_bound(const Problem& p) {
@@ -60,7 +60,6 @@ double partition_memory_bound(const Problem& p) {
   // Prefix sums over items: [k] is the sum of items 0..k−1.
   std::vector<double> t_f(L + 1, 0), t_b(L + 1, 0), t_w(L + 1, 0), t_r(L + 1, 0), act_f(L + 1, 0), act_w(L + 1, 0),
       static_bytes(L + 1, 0);
-  double least_work = std::numeric_limits<double>::infinity(), least_static = least_work;
   for (int k = 0; k < L; k++) {
     const LayerSpec& l = p.layers[k];
     t_f[k + 1] = t_f[k] + l.t_f_us;
@@ -70,8 +69,22 @@ double partition_memory_bound(const Problem& p) {
     act_f[k + 1] = act_f[k] + static_cast<double>(l.act_f_bytes);
     act_w[k + 1] = act_w[k] + static_cast<double>(l.act_w_bytes);
     static_bytes[k + 1] = static_bytes[k] + static_cast<double>(l.static_bytes);
-    least_work = std::min(least_work, l.t_f_us + l.t_b_us + l.t_w_us);
-    least_static = std::min(least_static, static_cast<double>(l.static_bytes));
+  }
+  // The least work and static memory stage k can hold: its one item in the range every cut
+  // leaves it (stage 0 always holds item 0, the last stage the last item); per device, what its
+  // other stages add at least when one is priced.
+  std::vector<double> least_work(S, std::numeric_limits<double>::infinity()), least_static(S, least_work[0]);
+  for (int k = 0; k < S; k++) {
+    const int lo = k == S - 1 ? L - 1 : k, hi = k == 0 ? 0 : L - S + k;
+    for (int i = lo; i <= hi; i++) {
+      least_work[k] = std::min(least_work[k], t_f[i + 1] - t_f[i] + t_b[i + 1] - t_b[i] + t_w[i + 1] - t_w[i]);
+      least_static[k] = std::min(least_static[k], static_bytes[i + 1] - static_bytes[i]);
+    }
+  }
+  std::vector<double> device_least_work(p.num_devices, 0), device_least_static(p.num_devices, 0);
+  for (int k = 0; k < S; k++) {
+    device_least_work[p.device_of(k)] += least_work[k];
+    device_least_static[p.device_of(k)] += least_static[k];
   }
   // Hops (changes of device) before stage s's first forward and after it, to the last stage.
   std::vector<int> hops_before(S, 0), first_stage_of(p.num_devices, -1);
@@ -98,9 +111,9 @@ double partition_memory_bound(const Problem& p) {
     sl.reload_us = p.host_link.latency_us + st.act_f_bytes / (p.host_link.h2d_gb_per_s * 1e3);
     // Stage s0 holds at least one item for each stage before it.
     dd.first_us = s == s0 ? sl.head_us : t_f[s0] + hops_before[s0] * p.t_comm_us;
-    dd.work_us = M * (st.t_f_us + st.t_b_us + st.t_w_us) + (v - 1) * M * least_work;
+    dd.work_us = M * (st.t_f_us + st.t_b_us + st.t_w_us + device_least_work[d] - least_work[s]);
     dd.capacity_bytes = static_cast<double>(p.devices[d].mem_budget_bytes) - (static_bytes[j] - static_bytes[i]) -
-                        (v - 1) * least_static;
+                        (device_least_static[d] - least_static[s]);
     dd.stages.assign(1, sl);
     double bound = memory_bound_us(dd);
     if (s == s0) {  // the warm-up, with the device's later stages as free fill
