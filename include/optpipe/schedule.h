@@ -30,7 +30,8 @@ enum class OpKind : uint8_t { kF = 0, kB, kW, kBW, kR, kOffload, kReload, kWait 
 constexpr int kNumOpKinds = 8;
 
 const char* op_kind_name(OpKind k);  // "F", "B", "W", "BW", "R", "OFFLOAD", "RELOAD", "WAIT"
-bool is_compute(OpKind k);           // F, B, W, BW, R and WAIT are on the compute stream
+// F, B, W, BW, R and WAIT are on the compute stream
+inline bool is_compute(OpKind k) { return k != OpKind::kOffload && k != OpKind::kReload; }
 
 struct Op {
   OpKind kind = OpKind::kF;

@@ -9,8 +9,6 @@ static const char* const kKindNames[kNumOpKinds] = {"F", "B", "W", "BW", "R", "O
 
 const char* op_kind_name(OpKind k) { return kKindNames[static_cast<int>(k)]; }
 
-bool is_compute(OpKind k) { return k != OpKind::kOffload && k != OpKind::kReload; }
-
 Result<Problem> problem_for(const Problem& p, const Schedule& s) {
   Result<Problem> placed = s.placement == p.placement && s.chunks_per_device == p.chunks_per_device
                                ? Result<Problem>::Of(p)

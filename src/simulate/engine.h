@@ -56,7 +56,13 @@ class Sim {
   Status build();
   Status add_op(int d, const Op& op, OpKind want, const char* list);
   Status add_reload(int d, const ReloadEntry& r);
-  double duration(const Op& op) const { return op_duration_us(*p_, op); }
+  // Per stage and kind, looked up on the hot path: duration, and the bytes an op allocates at
+  // its start and frees at its end (for F, [2] is the end when the stage's R follows).
+  double stage_duration(const Op& op) const { return stage_dur_[static_cast<int>(op.kind) * S_ + op.stage]; }
+  int64_t delta(const Op& op, bool at_start, bool recomputed) const {
+    const int64_t* d = &stage_delta_[3 * (static_cast<int>(op.kind) * S_ + op.stage)];
+    return at_start ? d[0] : recomputed ? d[2] : d[1];
+  }
   double ready_time(int id) const;  // NaN while an input is not placed yet
   void place(int id, int q, double start_us);
   void wake(int q);
@@ -96,6 +102,8 @@ class Sim {
   std::vector<Op> op_of_;
   std::vector<double> dur_;
   std::vector<int> stage_device_;
+  std::vector<double> stage_dur_;     // by kind·S + stage
+  std::vector<int64_t> stage_delta_;  // by 3·(kind·S + stage): start, end, end when recomputed
   std::vector<int> queue_ops_;
   std::vector<Queue> queues_;
   std::vector<double> resource_free_us_;

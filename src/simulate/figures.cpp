@@ -98,7 +98,7 @@ void Sim::memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve)
       at_start = true;
     }
     const Op op = op_of_[i];
-    bytes += delta_of(*p_, op, at_start, recomputed(op));
+    bytes += delta(op, at_start, op.kind == OpKind::kF && !at_start && recomputed(op));
     if (bytes > f->peak_bytes) {
       f->peak_bytes = bytes;
       f->peak_time_us = best_t;

@@ -34,6 +34,17 @@ Status Sim::build() {
   dur_.resize(n);
   stage_device_.resize(S_);
   for (int st = 0; st < S_; st++) stage_device_[st] = p_->device_of(st);
+  stage_dur_.resize(static_cast<size_t>(kNumOpKinds) * S_);
+  stage_delta_.resize(3 * stage_dur_.size());
+  for (int k = 0; k < kNumOpKinds; k++)
+    for (int st = 0; st < S_; st++) {
+      const Op op{static_cast<OpKind>(k), st, 0};
+      const int at = k * S_ + st;
+      stage_dur_[at] = op_duration_us(*p_, op);
+      stage_delta_[3 * at] = delta_of(*p_, op, true, false);
+      stage_delta_[3 * at + 1] = delta_of(*p_, op, false, false);
+      stage_delta_[3 * at + 2] = delta_of(*p_, op, false, true);
+    }
 
   // Resources: one compute stream per device, then two channels per host link.
   int max_link = 0;
@@ -79,14 +90,14 @@ Status Sim::add_op(int d, const Op& op, OpKind want, const char* list) {
   if (!kind_ok || op.stage < 0 || op.stage >= S_ || op.microbatch < 0 || op.microbatch >= M_)
     return Status::Invalid("device " + std::to_string(d) + " " + list + ": " + op_name(op) +
                            " is not a valid op for this list and problem");
-  if (p_->device_of(op.stage) != d)
+  if (stage_device_[op.stage] != d)
     return Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " belongs to device " +
-                           std::to_string(p_->device_of(op.stage)));
+                           std::to_string(stage_device_[op.stage]));
   int i = op_id(S_, M_, op);
   if (present_[i]) return Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " appears twice");
   present_[i] = 1;
   op_of_[i] = op;
-  dur_[i] = factors_ ? duration(op) * (*factors_)[i] : duration(op);
+  dur_[i] = factors_ ? stage_duration(op) * (*factors_)[i] : stage_duration(op);
   queue_ops_.push_back(i);
   return Status::Ok();
 }
