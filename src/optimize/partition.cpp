@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "optimize/device_demand.h"
+#include "optpipe/optimize.h"
 
 namespace optpipe {
 
@@ -45,31 +46,71 @@ Repartitioned improve_partition(const Problem& p, const Schedule& s, const Score
 
 namespace {
 
-// The makespan bound's device terms (bounds.cpp) for the least a partition can give each device.
-// Stage s holding items [i, j) sits where its cut puts it: its head follows from the items before
-// i, its round trip from those from j on, so each (s, i, j) has a bound of its own, and the least
-// over partitions of the largest over stages follows by dynamic programming over the cuts.
-// Where a device holds v > 1 stages, each stage is priced as if its device held it and the
-// lightest item each other stage can hold (the least the others can add): that drops area, work and static memory
-// but never adds them, and memory_fits_by holds for any subset. The warm-up idle term is priced
-// on the device's first stage, its later stages filling it at no memory from their earliest heads.
-double partition_memory_bound(const Problem& p) {
-  const int S = p.num_stages(), L = static_cast<int>(p.layers.size()), M = p.num_microbatches;
-  const int v = p.chunks_per_device;
-  if (L < S) return 0;
-  // Prefix sums over items: [k] is the sum of items 0..k−1.
-  std::vector<double> t_f(L + 1, 0), t_b(L + 1, 0), t_w(L + 1, 0), t_r(L + 1, 0), act_f(L + 1, 0), act_w(L + 1, 0),
-      static_bytes(L + 1, 0);
-  for (int k = 0; k < L; k++) {
-    const LayerSpec& l = p.layers[k];
-    t_f[k + 1] = t_f[k] + l.t_f_us;
-    t_b[k + 1] = t_b[k] + l.t_b_us;
-    t_w[k + 1] = t_w[k] + l.t_w_us;
-    t_r[k + 1] = t_r[k] + l.t_r_us;
-    act_f[k + 1] = act_f[k] + static_cast<double>(l.act_f_bytes);
-    act_w[k + 1] = act_w[k] + static_cast<double>(l.act_w_bytes);
-    static_bytes[k + 1] = static_bytes[k] + static_cast<double>(l.static_bytes);
+// Stage s of p holding items [i, j): its spec as cut_layers builds it, and where it sits (its
+// head follows from the items before i, its round trip from those from j on), from prefix sums.
+class ItemSums {
+ public:
+  explicit ItemSums(const Problem& p) : p_(p), S_(p.num_stages()), L_(static_cast<int>(p.layers.size())) {
+    for (std::vector<double>* v : {&t_f_, &t_b_, &t_w_, &t_r_, &act_f_, &act_w_, &static_}) v->assign(L_ + 1, 0);
+    for (int k = 0; k < L_; k++) {  // [k]: the sum over items 0..k−1
+      const LayerSpec& l = p.layers[k];
+      t_f_[k + 1] = t_f_[k] + l.t_f_us;
+      t_b_[k + 1] = t_b_[k] + l.t_b_us;
+      t_w_[k + 1] = t_w_[k] + l.t_w_us;
+      t_r_[k + 1] = t_r_[k] + l.t_r_us;
+      act_f_[k + 1] = act_f_[k] + static_cast<double>(l.act_f_bytes);
+      act_w_[k + 1] = act_w_[k] + static_cast<double>(l.act_w_bytes);
+      static_[k + 1] = static_[k] + static_cast<double>(l.static_bytes);
+    }
+    hops_before_.assign(S_, 0);  // changes of device before stage s
+    for (int s = 1; s < S_; s++) hops_before_[s] = hops_before_[s - 1] + (p.device_of(s) != p.device_of(s - 1));
   }
+
+  double forward_us(int i, int j) const { return t_f_[j] - t_f_[i]; }
+  double work_us(int i, int j) const { return t_f_[j] - t_f_[i] + t_b_[j] - t_b_[i] + t_w_[j] - t_w_[i]; }
+  double static_bytes(int i, int j) const { return static_[j] - static_[i]; }
+  // The earliest stage s's first forward can start when its first item is i.
+  double head_us(int s, int i) const { return t_f_[i] + hops_before_[s] * p_.t_comm_us; }
+  // The earliest stage s's first backward can start when its last item ends before j.
+  double tau_us(int s, int j) const {
+    return t_f_[L_] + t_b_[L_] - t_b_[j] + (2 * hops_before_[S_ - 1] - hops_before_[s]) * p_.t_comm_us;
+  }
+
+  StageLoad stage(int s, int i, int j) const {
+    StageLoad sl;
+    StageSpec& st = sl.spec;
+    st.t_f_us = t_f_[j] - t_f_[i];
+    st.t_b_us = t_b_[j] - t_b_[i];
+    st.t_w_us = t_w_[j] - t_w_[i];
+    st.t_r_us = t_r_[j] - t_r_[i];
+    st.act_f_bytes = static_cast<int64_t>(act_f_[j] - act_f_[i]);
+    st.act_w_bytes = static_cast<int64_t>(act_w_[j] - act_w_[i]);
+    st.act_input_bytes = std::min(p_.layers[i].act_input_bytes, st.act_f_bytes);
+    sl.head_us = head_us(s, i);
+    sl.round_trip_us =
+        (t_f_[L_] - t_f_[j]) + (t_b_[L_] - t_b_[j]) + 2 * (hops_before_[S_ - 1] - hops_before_[s]) * p_.t_comm_us;
+    sl.offload_us = p_.host_link.latency_us + st.act_f_bytes / (p_.host_link.d2h_gb_per_s * 1e3);
+    sl.reload_us = p_.host_link.latency_us + st.act_f_bytes / (p_.host_link.h2d_gb_per_s * 1e3);
+    return sl;
+  }
+
+ private:
+  const Problem& p_;
+  int S_, L_;
+  std::vector<double> t_f_, t_b_, t_w_, t_r_, act_f_, act_w_, static_;
+  std::vector<int> hops_before_;
+};
+
+// The makespan bound's device terms (bounds.cpp) for the least a partition can give each device.
+// Each (s, i, j) has a bound of its own, and the least over partitions of the largest over stages
+// follows by dynamic programming over the cuts.
+// Where a device holds v > 1 stages, each stage is priced as if its device held it and the
+// lightest item each other stage can hold (the least the others can add): that drops area, work
+// and static memory but never adds them, and memory_fits_by holds for any subset. The warm-up
+// idle term is priced on the device's first stage, its later stages filling it at no memory from
+// their earliest heads.
+double partition_memory_bound(const Problem& p, const ItemSums& sums) {
+  const int S = p.num_stages(), L = static_cast<int>(p.layers.size()), M = p.num_microbatches;
   // The least work and static memory stage k can hold: its one item in the range every cut
   // leaves it (stage 0 always holds item 0, the last stage the last item); per device, what its
   // other stages add at least when one is priced.
@@ -77,54 +118,36 @@ double partition_memory_bound(const Problem& p) {
   for (int k = 0; k < S; k++) {
     const int lo = k == S - 1 ? L - 1 : k, hi = k == 0 ? 0 : L - S + k;
     for (int i = lo; i <= hi; i++) {
-      least_work[k] = std::min(least_work[k], t_f[i + 1] - t_f[i] + t_b[i + 1] - t_b[i] + t_w[i + 1] - t_w[i]);
-      least_static[k] = std::min(least_static[k], static_bytes[i + 1] - static_bytes[i]);
+      least_work[k] = std::min(least_work[k], sums.work_us(i, i + 1));
+      least_static[k] = std::min(least_static[k], sums.static_bytes(i, i + 1));
     }
   }
   std::vector<double> device_least_work(p.num_devices, 0), device_least_static(p.num_devices, 0);
-  for (int k = 0; k < S; k++) {
+  std::vector<int> first_stage_of(p.num_devices, -1);
+  for (int k = S - 1; k >= 0; k--) {
     device_least_work[p.device_of(k)] += least_work[k];
     device_least_static[p.device_of(k)] += least_static[k];
+    first_stage_of[p.device_of(k)] = k;
   }
-  // Hops (changes of device) before stage s's first forward and after it, to the last stage.
-  std::vector<int> hops_before(S, 0), first_stage_of(p.num_devices, -1);
-  for (int s = 1; s < S; s++) hops_before[s] = hops_before[s - 1] + (p.device_of(s) != p.device_of(s - 1));
-  for (int s = S - 1; s >= 0; s--) first_stage_of[p.device_of(s)] = s;
 
   const double kInf = std::numeric_limits<double>::infinity();
   DeviceDemand dd;
   dd.num_microbatches = M;
   auto stage_bound = [&](int s, int i, int j) {
     const int d = p.device_of(s), s0 = first_stage_of[d];
-    StageLoad sl;
-    StageSpec& st = sl.spec;
-    st.t_f_us = t_f[j] - t_f[i];
-    st.t_b_us = t_b[j] - t_b[i];
-    st.t_w_us = t_w[j] - t_w[i];
-    st.t_r_us = t_r[j] - t_r[i];
-    st.act_f_bytes = static_cast<int64_t>(act_f[j] - act_f[i]);
-    st.act_w_bytes = static_cast<int64_t>(act_w[j] - act_w[i]);
-    st.act_input_bytes = std::min(p.layers[i].act_input_bytes, st.act_f_bytes);
-    sl.head_us = t_f[i] + hops_before[s] * p.t_comm_us;
-    sl.round_trip_us = (t_f[L] - t_f[j]) + (t_b[L] - t_b[j]) + 2 * (hops_before[S - 1] - hops_before[s]) * p.t_comm_us;
-    sl.offload_us = p.host_link.latency_us + st.act_f_bytes / (p.host_link.d2h_gb_per_s * 1e3);
-    sl.reload_us = p.host_link.latency_us + st.act_f_bytes / (p.host_link.h2d_gb_per_s * 1e3);
+    const StageLoad sl = sums.stage(s, i, j);
     // Stage s0 holds at least one item for each stage before it.
-    dd.first_us = s == s0 ? sl.head_us : t_f[s0] + hops_before[s0] * p.t_comm_us;
-    dd.work_us = M * (st.t_f_us + st.t_b_us + st.t_w_us + device_least_work[d] - least_work[s]);
-    dd.capacity_bytes = static_cast<double>(p.devices[d].mem_budget_bytes) - (static_bytes[j] - static_bytes[i]) -
+    dd.first_us = s == s0 ? sl.head_us : sums.head_us(s0, s0);
+    dd.work_us = M * (sums.work_us(i, j) + device_least_work[d] - least_work[s]);
+    dd.capacity_bytes = static_cast<double>(p.devices[d].mem_budget_bytes) - sums.static_bytes(i, j) -
                         (device_least_static[d] - least_static[s]);
     dd.stages.assign(1, sl);
+    dd.unpriced.clear();
     double bound = memory_bound_us(dd);
     if (s == s0) {  // the warm-up, with the device's later stages as free fill
-      dd.unpriced.clear();
-      for (int k = s + 1; k < S; k++) {
-        if (p.device_of(k) != d) continue;
-        // Stage k starts after one item for each stage before it and ends before one for each after.
-        const int end = L - (S - 1 - k);
-        dd.unpriced.push_back({t_f[k] + hops_before[k] * p.t_comm_us,
-                               t_f[L] + t_b[L] - t_b[end] + (2 * hops_before[S - 1] - hops_before[k]) * p.t_comm_us});
-      }
+      // Stage k starts after one item for each stage before it and ends before one for each after.
+      for (int k = s + 1; k < S; k++)
+        if (p.device_of(k) == d) dd.unpriced.push_back({sums.head_us(k, k), sums.tau_us(k, L - (S - 1 - k))});
       bound = std::max(bound, dd.first_us + dd.work_us + warmup_idle_us(dd));
     }
     return bound;
@@ -140,6 +163,63 @@ double partition_memory_bound(const Problem& p) {
     best.swap(next);
   }
   return best[L];
+}
+
+// A V-shape's device d holds stages d and 2D−1−d, nested: the outer devices take items from
+// both ends. So at a makespan T, which cuts let every device's bound (both its stages together:
+// bounds.cpp's warm-up and memory-area terms, exactly as for one partition) stay within T follows
+// from outside in, state (d, a, b) = devices 0..d−1 hold items [0, a) and [b, L). A stage whose
+// work alone passes T ends the search along it, which keeps the states few. The least such T,
+// by bisection between lo and hi (a T every cut passes is needed only as an upper start: the
+// partition p is cut to is one), is a bound over every partition.
+double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, double hi) {
+  const int D = p.num_devices, L = static_cast<int>(p.layers.size()), M = p.num_microbatches, S = p.num_stages();
+  if (p.placement != Placement::kVShape || L < S || !(hi > lo)) return 0;
+  DeviceDemand dd;
+  dd.num_microbatches = M;
+  auto device_fits = [&](int d, int a, int a2, int b2, int b, double T) {
+    dd.first_us = sums.head_us(d, a);
+    dd.work_us = M * (sums.work_us(a, a2) + sums.work_us(b2, b));
+    if (dd.first_us + dd.work_us > T) return false;
+    dd.capacity_bytes =
+        static_cast<double>(p.devices[d].mem_budget_bytes) - sums.static_bytes(a, a2) - sums.static_bytes(b2, b);
+    dd.stages.assign({sums.stage(d, a, a2), sums.stage(S - 1 - d, b2, b)});
+    dd.unpriced.clear();
+    return dd.first_us + dd.work_us + warmup_idle_us(dd) <= T && memory_fits_by(dd, T);
+  };
+  std::vector<uint8_t> reach((L + 1) * (L + 1)), next(reach.size());
+  auto feasible = [&](double T) {
+    std::fill(reach.begin(), reach.end(), 0);
+    reach[0 * (L + 1) + L] = 1;
+    for (int d = 0; d < D; d++) {
+      std::fill(next.begin(), next.end(), 0);
+      const int inner = 2 * (D - 1 - d);  // items the inner devices need at least
+      bool any = false;
+      for (int a = 0; a <= L; a++)
+        for (int b = a; b <= L; b++) {
+          if (!reach[a * (L + 1) + b]) continue;
+          for (int a2 = a + 1; a2 < b; a2++) {
+            if (M * sums.work_us(a, a2) > T) break;
+            // The last device's two stages meet: b2 = a2.
+            for (int b2 = d == D - 1 ? a2 : b - 1; b2 >= a2 + inner && (d < D - 1 || b2 == a2); b2--) {
+              if (M * (sums.work_us(a, a2) + sums.work_us(b2, b)) > T) break;
+              if (next[a2 * (L + 1) + b2] || !device_fits(d, a, a2, b2, b, T)) continue;
+              next[a2 * (L + 1) + b2] = 1;
+              any = true;
+            }
+          }
+        }
+      if (!any) return false;
+      reach.swap(next);
+    }
+    return true;
+  };
+  if (!feasible(hi)) return 0;  // cannot happen: p's own cut passes its own bound
+  for (int k = 0; k < 40 && hi - lo > 1e-9 * hi; k++) {
+    const double mid = (lo + hi) / 2;
+    (feasible(mid) ? hi : lo) = mid;
+  }
+  return lo;
 }
 
 // The least busiest device over every partition, contiguity relaxed: the first item always sits
@@ -223,7 +303,11 @@ double partition_free_lower_bound(const Problem& p, Objective objective) {
     if (d < static_cast<int>(p.layers.size())) first_items_f += p.layers[d].t_f_us;
   }
   const double average = (M * items_work + starts) / D;
-  return std::max({chain, average, M * heaviest, partition_load_bound(p), partition_memory_bound(p)});
+  if (p.layers.size() < static_cast<size_t>(S)) return std::max({chain, average, M * heaviest});
+  const ItemSums sums(p);
+  const double bound =
+      std::max({chain, average, M * heaviest, partition_load_bound(p), partition_memory_bound(p, sums)});
+  return std::max(bound, vshape_pair_bound(p, sums, bound, makespan_lower_bound(p)));
 }
 
 }  // namespace optpipe
