@@ -221,9 +221,10 @@ SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed
   constexpr int kHistory = 64;
   std::vector<Score> history(kHistory, cur_score);
   int64_t since_best = 0;
+  Schedule cand;  // copied into, not built afresh: its lists keep their capacity from step to step
   for (int64_t step = 0; step < max_evaluations; step++) {
     if ((step & 63) == 0 && shared.stop.load(std::memory_order_relaxed)) break;
-    Schedule cand = cur;
+    cand = cur;
     if (!mover.random_move(cand)) continue;
     Score sc;
     out.evaluations++;
@@ -231,7 +232,7 @@ SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed
     if (!score_schedule(p, cand, &sc, scoring)) continue;
     Score& old = history[step % kHistory];
     if (sc <= cur_score || sc <= old) {
-      cur = std::move(cand);
+      std::swap(cur, cand);
       cur_score = sc;
     }
     if (cur_score < old) old = cur_score;

@@ -1,9 +1,11 @@
 // Editing a device's lists: finding ops, adding and taking out an activation's offload; what a
 // schedule holds.
 #include <algorithm>
-#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "optpipe/schedule.h"
+#include "optpipe/status.h"
 
 namespace optpipe {
 
@@ -19,21 +21,37 @@ int backward_index(const std::vector<Op>& compute, int stage, int microbatch) {
 }
 
 void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor) {
-  // Positions of every F and backward on the device, found in one pass: the lists can hold
-  // thousands of ops, and scanning them per existing offload made repairs cubic.
-  std::unordered_map<int64_t, int> f_at, b_at;
+  // Where each listed offload's F and each listed reload's backward sit, found in one pass over
+  // the compute list with the listed keys sorted (few): lists hold thousands of ops, a scan per
+  // listed op made repairs cubic, and a map of the whole list per call cost more than the moves.
   auto key = [](int s, int i) { return (static_cast<int64_t>(s) << 32) | static_cast<uint32_t>(i); };
+  std::vector<int64_t> f_keys = {key(stage, microbatch)}, b_keys = f_keys;
+  for (const Op& o : ds.offloads) f_keys.push_back(key(o.stage, o.microbatch));
+  for (const ReloadEntry& r : ds.reloads) b_keys.push_back(key(r.reload.stage, r.reload.microbatch));
+  std::sort(f_keys.begin(), f_keys.end());
+  std::sort(b_keys.begin(), b_keys.end());
+  std::vector<int> f_pos(f_keys.size(), -1), b_pos(b_keys.size(), -1);
   for (size_t k = 0; k < ds.compute.size(); k++) {
     const Op& op = ds.compute[k];
-    if (op.kind == OpKind::kF) f_at[key(op.stage, op.microbatch)] = static_cast<int>(k);
-    if (op.kind == OpKind::kB || op.kind == OpKind::kBW) b_at[key(op.stage, op.microbatch)] = static_cast<int>(k);
+    const bool f = op.kind == OpKind::kF, b = op.kind == OpKind::kB || op.kind == OpKind::kBW;
+    if (!f && !b) continue;
+    const std::vector<int64_t>& keys = f ? f_keys : b_keys;
+    const auto it = std::lower_bound(keys.begin(), keys.end(), key(op.stage, op.microbatch));
+    if (it != keys.end() && *it == key(op.stage, op.microbatch))
+      (f ? f_pos : b_pos)[it - keys.begin()] = static_cast<int>(k);
   }
-  const int f = f_at.at(key(stage, microbatch)), b = b_at.at(key(stage, microbatch));
+  auto pos_of = [&](const std::vector<int64_t>& keys, const std::vector<int>& pos, int s, int i) {
+    const int at = static_cast<int>(std::lower_bound(keys.begin(), keys.end(), key(s, i)) - keys.begin());
+    OPTPIPE_CHECK(pos[at] >= 0, "an offloaded activation has its F and backward on its device");
+    return pos[at];
+  };
+  const int f = pos_of(f_keys, f_pos, stage, microbatch), b = pos_of(b_keys, b_pos, stage, microbatch);
   size_t at = 0;
-  while (at < ds.offloads.size() && f_at.at(key(ds.offloads[at].stage, ds.offloads[at].microbatch)) < f) at++;
+  while (at < ds.offloads.size() && pos_of(f_keys, f_pos, ds.offloads[at].stage, ds.offloads[at].microbatch) < f) at++;
   ds.offloads.insert(ds.offloads.begin() + at, Op{OpKind::kOffload, stage, microbatch});
   at = 0;
-  while (at < ds.reloads.size() && b_at.at(key(ds.reloads[at].reload.stage, ds.reloads[at].reload.microbatch)) < b)
+  while (at < ds.reloads.size() &&
+         pos_of(b_keys, b_pos, ds.reloads[at].reload.stage, ds.reloads[at].reload.microbatch) < b)
     at++;
   ds.reloads.insert(ds.reloads.begin() + at, {Op{OpKind::kReload, stage, microbatch}, ds.compute[anchor]});
 }
