@@ -51,6 +51,13 @@ testing::AssertionResult is_checked(const OptimizeResult& r) {
   if (r.lower_bound_us > r.timeline.makespan_us + 1e-6)
     return testing::AssertionFailure() << "bound " << r.lower_bound_us << " µs above the makespan "
                                        << r.timeline.makespan_us;
+  // The answer's own placement's bound lies between the overall bound and the makespan.
+  if (r.outcome != Outcome::kInfeasible &&
+      (r.placement_lower_bound_us < r.lower_bound_us || r.placement_lower_bound_us > r.timeline.makespan_us + 1e-6 ||
+       r.placement_gap > r.gap + 1e-12))
+    return testing::AssertionFailure() << "placement bound " << r.placement_lower_bound_us << " µs (gap "
+                                       << r.placement_gap << ") against bound " << r.lower_bound_us << " (gap " << r.gap
+                                       << ") and makespan " << r.timeline.makespan_us;
   return testing::AssertionSuccess();
 }
 
