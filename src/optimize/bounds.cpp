@@ -75,7 +75,8 @@ double warmup_idle_us(const DeviceDemand& dd) {
   struct Item {
     double t_f_us, act_bytes, count;
   };
-  std::vector<Item> items;
+  thread_local std::vector<Item> items;  // kept: the bounds over every partition call this millions of times
+  items.clear();
   double t_f_min = kInf, t_offload_min = kInf, recompute_worth = 0;  // per µs of forward filled
   for (const StageLoad& sl : dd.stages) {
     const StageSpec& st = sl.spec;
@@ -139,7 +140,9 @@ bool memory_fits_by(const DeviceDemand& dd, double T) {
   const double M = dd.num_microbatches;
   double area = 0, most_saved = 0;
   // (saving per µs, saving of all M), for offloads and recomputes; few stages share a device
-  std::vector<std::pair<double, double>> offloads, recomputes;
+  thread_local std::vector<std::pair<double, double>> offloads, recomputes;  // kept, as in warmup_idle_us
+  offloads.clear();
+  recomputes.clear();
   for (const StageLoad& sl : dd.stages) {
     const StageSpec& st = sl.spec;
     const double a_f = static_cast<double>(st.act_f_bytes), a_w = -static_cast<double>(st.act_w_bytes);
