@@ -66,7 +66,6 @@ class ItemSums {
     for (int s = 1; s < S_; s++) hops_before_[s] = hops_before_[s - 1] + (p.device_of(s) != p.device_of(s - 1));
   }
 
-  double forward_us(int i, int j) const { return t_f_[j] - t_f_[i]; }
   double work_us(int i, int j) const { return t_f_[j] - t_f_[i] + t_b_[j] - t_b_[i] + t_w_[j] - t_w_[i]; }
   double static_bytes(int i, int j) const { return static_[j] - static_[i]; }
   // The earliest stage s's first forward can start when its first item is i.
