@@ -92,9 +92,6 @@ Placements placements_of(const std::vector<Start>& starts, int num_searches, con
     // With the partition searched, only a bound that holds over every partition is valid.
     out.bounds.push_back(partition_free && layers_match(sp) ? partition_free_lower_bound(sp, objective)
                                                             : lower_bound_for(sp, /*fits_budget=*/true, objective));
-    if (getenv("DBG"))
-      fprintf(stderr, "placement %s bound %.0f fixed %.0f load %.0f\n", where.c_str(), out.bounds.back(),
-              lower_bound_for(sp, true, objective), load_lower_bound(sp));
   }
   if (robust)
     for (const Problem* sp : out.problems) {
