@@ -64,6 +64,9 @@ struct HostLinkSpec {
   double d2h_gb_per_s = 25;  // offload direction, 1 GB = 1e9 bytes
   double h2d_gb_per_s = 25;  // reload direction
   double latency_us = 10;
+
+  double d2h_us(int64_t bytes) const { return latency_us + bytes / (d2h_gb_per_s * 1e3); }
+  double h2d_us(int64_t bytes) const { return latency_us + bytes / (h2d_gb_per_s * 1e3); }
 };
 
 // What an item of the model is: a transformer layer, the embedding (first, when present) or the

@@ -115,17 +115,23 @@ double warmup_idle_us(const DeviceDemand& dd) {
   return idle * (1 - recompute_worth);
 }
 
-double load_lower_bound(const Problem& p) {
+namespace {
+
+// One microbatch's own chain: every forward, every input-gradient back, then stage 0's W.
+double chain_us(const Problem& p) {
   const int S = p.num_stages();
-  const std::vector<double> head = forward_heads(p);
-  double bound = 0;
-  for (const DeviceDemand& dd : device_demands(p)) bound = std::max(bound, dd.first_us + dd.work_us);
-  // One microbatch's own chain: every forward, every input-gradient back, then stage 0's W.
-  double chain = head[S - 1];
+  double chain = forward_heads(p)[S - 1];
   for (int s = 0; s < S; s++) chain += (s == S - 1 ? p.stages[s].t_f_us : 0) + p.stages[s].t_b_us;
   for (int s = S - 1; s > 0; s--) chain += p.device_of(s) == p.device_of(s - 1) ? 0 : p.t_comm_us;
-  chain += p.stages[0].t_w_us;
-  return std::max(bound, chain);
+  return chain + p.stages[0].t_w_us;
+}
+
+}  // namespace
+
+double load_lower_bound(const Problem& p) {
+  double bound = chain_us(p);
+  for (const DeviceDemand& dd : device_demands(p)) bound = std::max(bound, dd.first_us + dd.work_us);
+  return bound;
 }
 
 // Memory-time area. Activation memory never exceeds C = budget − static, so over a makespan T
@@ -190,7 +196,7 @@ double memory_bound_us(const DeviceDemand& dd) {
 }
 
 double makespan_lower_bound(const Problem& p) {
-  double bound = load_lower_bound(p);
+  double bound = chain_us(p);  // and each device's first + work, which the warm-up term includes
   for (const DeviceDemand& dd : device_demands(p)) {
     bound = std::max(bound, dd.first_us + dd.work_us + warmup_idle_us(dd));
     bound = std::max(bound, memory_bound_us(dd));

@@ -88,8 +88,8 @@ class ItemSums {
     sl.head_us = head_us(s, i);
     sl.round_trip_us =
         (t_f_[L_] - t_f_[j]) + (t_b_[L_] - t_b_[j]) + 2 * (hops_before_[S_ - 1] - hops_before_[s]) * p_.t_comm_us;
-    sl.offload_us = p_.host_link.latency_us + st.act_f_bytes / (p_.host_link.d2h_gb_per_s * 1e3);
-    sl.reload_us = p_.host_link.latency_us + st.act_f_bytes / (p_.host_link.h2d_gb_per_s * 1e3);
+    sl.offload_us = p_.host_link.d2h_us(st.act_f_bytes);
+    sl.reload_us = p_.host_link.h2d_us(st.act_f_bytes);
     return sl;
   }
 
@@ -190,7 +190,6 @@ double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, doub
     dd.capacity_bytes =
         static_cast<double>(p.devices[d].mem_budget_bytes) - sums.static_bytes(a, a2) - sums.static_bytes(b2, b);
     dd.stages.assign({sums.stage(d, a, a2), sums.stage(S - 1 - d, b2, b)});
-    dd.unpriced.clear();
     return dd.first_us + dd.work_us + warmup_idle_us(dd) <= T && memory_fits_by(dd, T);
   };
   std::vector<uint8_t> reach((L + 1) * (L + 1)), next(reach.size());
@@ -238,7 +237,7 @@ double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, doub
 // possible only if those counts and that time cover every unpinned item. The least such T is a
 // bound (the stages' contiguous cut is one such assignment); with equal layers it is the exact
 // discrete balance, which the average misses.
-double partition_load_bound(const Problem& p) {
+double partition_load_bound(const Problem& p, const ItemSums& sums) {
   const int S = p.num_stages(), L = static_cast<int>(p.layers.size()), D = p.num_devices;
   const int M = p.num_microbatches;
   if (L < S || L < 2) return 0;
@@ -249,20 +248,14 @@ double partition_load_bound(const Problem& p) {
   pinned_us[p.device_of(S - 1)] += work(L - 1);
   pinned_items[p.device_of(0)]++;
   pinned_items[p.device_of(S - 1)]++;
-  double rest_us = 0, prefix_f = 0;
+  double rest_us = 0;
   for (int k = 1; k + 1 < L; k++) {
     rest.push_back(work(k));
     rest_us += work(k);
   }
   std::sort(rest.begin(), rest.end());
-  int hops = 0;
-  for (int s = 0; s < S; s++) {
-    if (s > 0) {
-      hops += p.device_of(s) != p.device_of(s - 1);
-      prefix_f += p.layers[s - 1].t_f_us;  // one item for each stage before
-    }
-    if (first_us[p.device_of(s)] < 0) first_us[p.device_of(s)] = prefix_f + hops * p.t_comm_us;
-  }
+  // A device's first stage s starts after one item for each stage before it.
+  for (int s = S - 1; s >= 0; s--) first_us[p.device_of(s)] = sums.head_us(s, s);
   auto possible = [&](double T) {
     double room_us = 0;
     int64_t room_items = 0;
@@ -316,7 +309,7 @@ double partition_free_lower_bound(const Problem& p, Objective objective) {
   const ItemSums sums(p);
   const double own_us = makespan_lower_bound(p);  // p's own partition: the least cannot pass it
   const double bound =
-      std::max({chain, average, M * heaviest, partition_load_bound(p), partition_memory_bound(p, sums, own_us)});
+      std::max({chain, average, M * heaviest, partition_load_bound(p, sums), partition_memory_bound(p, sums, own_us)});
   return std::max(bound, vshape_pair_bound(p, sums, bound, own_us));
 }
 

@@ -30,13 +30,9 @@ bool parse_placement(const std::string& name, Placement* out) {
   return false;
 }
 
-double Problem::offload_us(int stage) const {
-  return host_link.latency_us + stages[stage].act_f_bytes / (host_link.d2h_gb_per_s * 1e3);
-}
+double Problem::offload_us(int stage) const { return host_link.d2h_us(stages[stage].act_f_bytes); }
 
-double Problem::reload_us(int stage) const {
-  return host_link.latency_us + stages[stage].act_f_bytes / (host_link.h2d_gb_per_s * 1e3);
-}
+double Problem::reload_us(int stage) const { return host_link.h2d_us(stages[stage].act_f_bytes); }
 
 double Problem::work_us(int device) const {
   double us = 0;
