@@ -179,10 +179,11 @@ std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions
   }
   const auto t0 = std::chrono::steady_clock::now();
   const auto limit = std::chrono::duration<double>(options.time_limit_s);
-  std::vector<FamilyRun> runs = run_families(
-      p, sim,
-      t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(limit) + std::chrono::milliseconds(250),
-      options.rules.chunks_per_device);
+  auto after = [&](double share) {
+    return t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(share * limit);
+  };
+  std::vector<FamilyRun> runs =
+      run_families(p, sim, after(1) + std::chrono::milliseconds(250), options.rules.chunks_per_device, after(0.4));
   rule_out(options.rules, &runs);
   const double spent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   options.time_limit_s = std::max(0.01, options.time_limit_s - spent_s);

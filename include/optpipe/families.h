@@ -72,11 +72,12 @@ struct FamilyRun {
 // per device; 0: their own). A family not started by `deadline` comes back with a status saying so.
 // Each family that applies, overflows as published and neither recomputes nor offloads already is
 // followed by its practitioner tunings that fit (Tuning; none when none fits). Every family is
-// built before any tuning: past `deadline` the tunings are left out first.
+// built before any tuning; a tuning not started by `tunings_deadline` (or `deadline`) is left out.
 std::vector<FamilyRun> run_families(
     const Problem& p, const SimOptions& sim,
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
-    int interleaved_chunks = 0);
+    int interleaved_chunks = 0,
+    std::chrono::steady_clock::time_point tunings_deadline = std::chrono::steady_clock::time_point::max());
 
 // The fastest run that fits (with as_published_only, among the runs as published), or nullptr.
 const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective objective = Objective::kMakespan,

@@ -66,7 +66,8 @@ void score_run(const SimOptions& sim, FamilyRun* run) {
 }
 
 std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
-                                    std::chrono::steady_clock::time_point deadline, int interleaved_chunks) {
+                                    std::chrono::steady_clock::time_point deadline, int interleaved_chunks,
+                                    std::chrono::steady_clock::time_point tunings_deadline) {
   std::vector<FamilyRun> out;
   for (const Family& f : families()) {
     FamilyRun run;
@@ -91,7 +92,7 @@ std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
   // never a family), each family's after it.
   std::vector<FamilyRun> with_tunings;
   for (FamilyRun& run : out) {
-    std::vector<FamilyRun> tuned = practitioner_runs(run, sim, deadline);
+    std::vector<FamilyRun> tuned = practitioner_runs(run, sim, std::min(deadline, tunings_deadline));
     with_tunings.push_back(std::move(run));
     for (FamilyRun& t : tuned) with_tunings.push_back(std::move(t));
   }

@@ -254,22 +254,24 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // overflow; the best first. Every family is built and checked whatever the time limit (that is
   // cheap, and the answer must never be slower than a family that fits) — unless the families
   // alone outlast the limit by a quarter second, on problems so large that the rest are left out;
-  // their practitioner tunings, dearer, are built within that same limit or not at all;
-  // the greedy starts take at most a quarter of it, the repairs what is left of the first half.
+  // their practitioner tunings, dearer, are started within 40% of the limit or not at all. The
+  // greedy starts take at most a quarter of it, the repairs what is left of the first half.
   auto after = [&](double share) {
     return t0 +
            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s * share));
   };
   std::vector<FamilyRun> runs =
       run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250),
-                   options.rules.chunks_per_device);
+                   options.rules.chunks_per_device, after(0.4));
   rule_out(options.rules, &runs);
   out.stats.best_family = baseline_of(fastest_fitting(runs, options.objective), options.objective);
   out.stats.best_published_family =
       baseline_of(fastest_fitting(runs, options.objective, /*as_published_only=*/true), options.objective);
   // With the partition free, the families also on the cut that balances each device's load
-  // (PartitionRule::kDevices) rather than each stage's: starts, not baselines.
-  if (!options.rules.fixed_partition && layers_match(p) && p.partition == PartitionRule::kBalanced) {
+  // (PartitionRule::kDevices) rather than each stage's: starts, not baselines, so left out when
+  // the families took the first quarter of the limit.
+  if (!options.rules.fixed_partition && layers_match(p) && p.partition == PartitionRule::kBalanced &&
+      Clock::now() < after(0.25)) {
     Problem level = p;
     level.partition = PartitionRule::kDevices;
     std::vector<FamilyRun> leveled =
@@ -309,7 +311,6 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     if (!layers_match(start.built.problem)) continue;
     Repartitioned moved = improve_partition(start.built.problem, start.built.schedule, start.score,
                                             {options.objective, nullptr}, 4000, after(0.5));
-    if (moved.moves == 0) continue;
     if (moved.moves == 0) continue;
     start.name += " +partition";
     start.built.problem = std::move(moved.problem);
