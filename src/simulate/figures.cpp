@@ -54,7 +54,8 @@ void Sim::device_times(int d, DeviceFigures* f) const {
 }
 
 // Merges the three time-ordered event streams (compute starts/ends, offload ends, reload starts).
-// At equal times an end comes before a start, so freed bytes are reused.
+// At equal times an end comes before a start, so freed bytes are reused; among starts (or among
+// ends) compute comes first, then offloads, then reloads.
 void Sim::memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve) const {
   const Queue& cq = queues_[compute_queue(d)];
   const Queue& oq = queues_[d2h_queue(d)];
@@ -63,54 +64,45 @@ void Sim::memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve)
   f->peak_bytes = bytes;
   f->peak_time_us = 0;
   if (curve) curve->push_back({0, bytes});
-  int ci = 0;  // compute event index: op (ci / 2), start if even
-  int oi = oq.begin, ri = rq.begin;
-  const int n_compute_events = 2 * (cq.end - cq.begin);
-  for (;;) {
-    double best_t = std::numeric_limits<double>::infinity();
-    int which = -1;  // 0 compute, 1 offload end, 2 reload start
-    bool best_is_start = true;
-    auto consider = [&](int stream, double time, bool is_start) {
-      if (time < best_t || (time == best_t && best_is_start && !is_start)) {
-        best_t = time;
-        which = stream;
-        best_is_start = is_start;
-      }
-    };
-    if (ci < n_compute_events) {
-      const int i = queue_ops_[cq.begin + ci / 2];
-      consider(0, ci % 2 == 0 ? start_[i] : end_[i], ci % 2 == 0);
-    }
-    if (oi < oq.end) consider(1, end_[queue_ops_[oi]], false);
-    if (ri < rq.end) consider(2, start_[queue_ops_[ri]], true);
-    if (which < 0) break;
-    int i;
-    bool at_start;
-    if (which == 0) {
-      i = queue_ops_[cq.begin + ci / 2];
-      at_start = ci % 2 == 0;
-      ci++;
-    } else if (which == 1) {
-      i = queue_ops_[oi++];
-      at_start = false;
-    } else {
-      i = queue_ops_[ri++];
-      at_start = true;
-    }
+  auto event = [&](int i, bool at_start, double t) {
     const Op op = op_of_[i];
     bytes += delta(op, at_start, op.kind == OpKind::kF && !at_start && recomputed(op));
     if (bytes > f->peak_bytes) {
       f->peak_bytes = bytes;
-      f->peak_time_us = best_t;
+      f->peak_time_us = t;
       f->peak_op = op;
     }
     if (curve) {
-      if (!curve->empty() && curve->back().time_us == best_t)
+      if (!curve->empty() && curve->back().time_us == t)
         curve->back().bytes = bytes;
       else
-        curve->push_back({best_t, bytes});
+        curve->push_back({t, bytes});
     }
+  };
+  // The transfer events before a compute event at t: offload ends before it (at t too when it is
+  // a start) and reload starts before it, the two merged.
+  int oi = oq.begin, ri = rq.begin;
+  auto transfers_before = [&](double t, bool compute_starts) {
+    for (;;) {
+      const bool has_o = oi < oq.end, has_r = ri < rq.end;
+      const double o = has_o ? end_[queue_ops_[oi]] : 0, r = has_r ? start_[queue_ops_[ri]] : 0;
+      if (has_o && (!has_r || o <= r) && (o < t || (compute_starts && o == t))) {
+        event(queue_ops_[oi++], false, o);
+      } else if (has_r && (!has_o || r < o) && r < t) {
+        event(queue_ops_[ri++], true, r);
+      } else {
+        return;
+      }
+    }
+  };
+  for (int k = cq.begin; k < cq.end; k++) {
+    const int i = queue_ops_[k];
+    transfers_before(start_[i], true);
+    event(i, true, start_[i]);
+    transfers_before(end_[i], false);
+    event(i, false, end_[i]);
   }
+  transfers_before(std::numeric_limits<double>::infinity(), true);
 }
 
 }  // namespace optpipe::sim_detail
