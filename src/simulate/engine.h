@@ -44,6 +44,7 @@ struct Queue {
   int device = 0;
   bool shared = false;  // resource serves several devices' queues
   bool in_worklist = false;
+  int waiting_for = -1;              // the op id its head last found unplaced (−1: none)
   double candidate_ready_us = kNaN;  // shared queues: ready time of a head waiting for its turn
 };
 
@@ -63,10 +64,15 @@ class Sim {
     const int64_t* d = &stage_delta_[3 * (static_cast<int>(op.kind) * S_ + op.stage)];
     return at_start ? d[0] : recomputed ? d[2] : d[1];
   }
-  double ready_time(int id) const;  // NaN while an input is not placed yet
-  void place(int id, int q, double start_us);
+  // NaN while an input is not placed yet, and that input's id in *missing.
+  double ready_time(const Op& op, int* missing) const;
+  void place(int q, double start_us);  // the queue's head
   void wake(int q);
-  void wake_dependents(const Op& op);
+  // Wakes a queue whose head may depend on op `placed` (not one known to wait for another op).
+  void wake_for(int q, int placed) {
+    if (queues_[q].waiting_for < 0 || queues_[q].waiting_for == placed) wake(q);
+  }
+  void wake_dependents(const Op& op, int placed);
   void advance(int q);
   bool place_next_shared();
   void place_gated(bool* out_of_memory);
@@ -98,9 +104,10 @@ class Sim {
   std::vector<std::pair<int, int>> after_range_;  // by stage·M + mb: that reload's range in after_ids_
   std::vector<int> after_ids_;                    // the op ids reloads wait for, reload by reload
   std::vector<double> start_, end_;
-  // Looked up, not recomputed, on the hot path: per op id its op and duration, per stage its device.
-  std::vector<Op> op_of_;
-  std::vector<double> dur_;
+  // Looked up, not recomputed, on the hot path: in queue order (as queue_ops_) each op and its
+  // duration, read in that order; per stage its device.
+  std::vector<Op> queue_op_;
+  std::vector<double> queue_dur_;
   std::vector<int> stage_device_;
   std::vector<double> stage_dur_;     // by kind·S + stage
   std::vector<int64_t> stage_delta_;  // by 3·(kind·S + stage): start, end, end when recomputed

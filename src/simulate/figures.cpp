@@ -37,18 +37,18 @@ void Sim::device_times(int d, DeviceFigures* f) const {
     f->busy_us += end_[i] - start_[i];
     f->first_start_us = std::min(f->first_start_us, start_[i]);
     f->last_end_us = std::max(f->last_end_us, end_[i]);
-    if (op_of_[i].kind == OpKind::kR) f->num_recomputes++;
+    if (queue_op_[k].kind == OpKind::kR) f->num_recomputes++;
   }
   for (int k = oq.begin; k < oq.end; k++) {
     const int i = queue_ops_[k];
     f->d2h_busy_us += end_[i] - start_[i];
-    f->offload_bytes += p_->stages[op_of_[i].stage].act_f_bytes;
+    f->offload_bytes += p_->stages[queue_op_[k].stage].act_f_bytes;
     f->last_end_us = std::max(f->last_end_us, end_[i]);
   }
   for (int k = rq.begin; k < rq.end; k++) {
     const int i = queue_ops_[k];
     f->h2d_busy_us += end_[i] - start_[i];
-    f->reload_bytes += p_->stages[op_of_[i].stage].act_f_bytes;
+    f->reload_bytes += p_->stages[queue_op_[k].stage].act_f_bytes;
     f->last_end_us = std::max(f->last_end_us, end_[i]);
   }
 }
@@ -64,8 +64,8 @@ void Sim::memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve)
   f->peak_bytes = bytes;
   f->peak_time_us = 0;
   if (curve) curve->push_back({0, bytes});
-  auto event = [&](int i, bool at_start, double t) {
-    const Op op = op_of_[i];
+  auto event = [&](int k, bool at_start, double t) {  // k: a queue position
+    const Op op = queue_op_[k];
     bytes += delta(op, at_start, op.kind == OpKind::kF && !at_start && recomputed(op));
     if (bytes > f->peak_bytes) {
       f->peak_bytes = bytes;
@@ -87,9 +87,9 @@ void Sim::memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve)
       const bool has_o = oi < oq.end, has_r = ri < rq.end;
       const double o = has_o ? end_[queue_ops_[oi]] : 0, r = has_r ? start_[queue_ops_[ri]] : 0;
       if (has_o && (!has_r || o <= r) && (o < t || (compute_starts && o == t))) {
-        event(queue_ops_[oi++], false, o);
+        event(oi++, false, o);
       } else if (has_r && (!has_o || r < o) && r < t) {
-        event(queue_ops_[ri++], true, r);
+        event(ri++, true, r);
       } else {
         return;
       }
@@ -98,9 +98,9 @@ void Sim::memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve)
   for (int k = cq.begin; k < cq.end; k++) {
     const int i = queue_ops_[k];
     transfers_before(start_[i], true);
-    event(i, true, start_[i]);
+    event(k, true, start_[i]);
     transfers_before(end_[i], false);
-    event(i, false, end_[i]);
+    event(k, false, end_[i]);
   }
   transfers_before(std::numeric_limits<double>::infinity(), true);
 }

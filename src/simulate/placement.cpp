@@ -6,8 +6,7 @@
 
 namespace optpipe::sim_detail {
 
-double Sim::ready_time(int i) const {
-  const Op op = op_of_[i];
+double Sim::ready_time(const Op& op, int* missing) const {
   const int s = op.stage, mb = op.microbatch;
   const int dev = stage_device_[s];
   double ready = 0;  // time starts at 0
@@ -15,6 +14,7 @@ double Sim::ready_time(int i) const {
     if (std::isnan(ready)) return;
     if (!placed(dep)) {
       ready = kNaN;
+      *missing = dep;
       return;
     }
     ready = std::max(ready, end_[dep] + latency_us);
@@ -40,7 +40,11 @@ double Sim::ready_time(int i) const {
       const auto [after_begin, after_end] = after_range_[s * M_ + mb];
       for (int k = after_begin; k < after_end; k++) after(after_ids_[k], 0);
       int a = anchor_of_[s * M_ + mb];
-      if (std::isnan(ready) || std::isnan(start_[a])) return kNaN;
+      if (std::isnan(ready)) return kNaN;
+      if (std::isnan(start_[a])) {
+        *missing = a;
+        return kNaN;
+      }
       ready = std::max(ready, start_[a]);
       break;
     }
@@ -48,8 +52,10 @@ double Sim::ready_time(int i) const {
   return ready;
 }
 
-void Sim::place(int i, int q, double start_us) {
-  const double end_us = start_us + dur_[i];
+void Sim::place(int q, double start_us) {
+  const int k = queues_[q].begin + queues_[q].head;
+  const int i = queue_ops_[k];
+  const double end_us = start_us + queue_dur_[k];
   start_[i] = start_us;
   end_[i] = end_us;
   resource_free_us_[queues_[q].resource] = end_us;
@@ -64,41 +70,42 @@ void Sim::wake(int q) {
   }
 }
 
-void Sim::wake_dependents(const Op& op) {
+void Sim::wake_dependents(const Op& op, int placed) {
   const int s = op.stage;
   const int dev = stage_device_[s];
   switch (op.kind) {
     case OpKind::kF:
-      if (s + 1 < S_) wake(compute_queue(stage_device_[s + 1]));
-      wake(d2h_queue(dev));
+      if (s + 1 < S_) wake_for(compute_queue(stage_device_[s + 1]), placed);
+      wake_for(d2h_queue(dev), placed);
       break;
     case OpKind::kB:
     case OpKind::kBW:
-      if (s > 0) wake(compute_queue(stage_device_[s - 1]));
+      if (s > 0) wake_for(compute_queue(stage_device_[s - 1]), placed);
       break;
     case OpKind::kOffload:
-      wake(h2d_queue(dev));
-      wake(compute_queue(dev));  // a Wait may be holding it
+      wake_for(h2d_queue(dev), placed);
+      wake_for(compute_queue(dev), placed);  // a Wait may be holding it
       break;
-    case OpKind::kReload: wake(compute_queue(dev)); break;
+    case OpKind::kReload: wake_for(compute_queue(dev), placed); break;
     default: break;
   }
-  if (is_compute(op.kind) && is_anchor_[op_id(S_, M_, op)]) wake(h2d_queue(dev));
+  if (is_compute(op.kind) && is_anchor_[placed]) wake_for(h2d_queue(dev), placed);
 }
 
 void Sim::advance(int q) {
   Queue& qu = queues_[q];
   while (qu.head < qu.end - qu.begin) {
-    const int i = queue_ops_[qu.begin + qu.head];
-    const double ready = ready_time(i);
+    const int k = qu.begin + qu.head;
+    const double ready = ready_time(queue_op_[k], &qu.waiting_for);
     if (std::isnan(ready)) return;
+    qu.waiting_for = -1;
     if (qu.shared) {
       if (!(qu.candidate_ready_us == ready)) push_shared({std::max(ready, resource_free_us_[qu.resource]), ready, q});
       qu.candidate_ready_us = ready;
       return;
     }
-    place(i, q, std::max(ready, resource_free_us_[qu.resource]));
-    wake_dependents(op_of_[i]);
+    place(q, std::max(ready, resource_free_us_[qu.resource]));
+    wake_dependents(queue_op_[k], queue_ops_[k]);
   }
 }
 
@@ -126,10 +133,10 @@ bool Sim::place_next_shared() {
   }
   if (best < 0) return false;
   Queue& qu = queues_[best];
-  const int i = queue_ops_[qu.begin + qu.head];
+  const int k = qu.begin + qu.head;
   qu.candidate_ready_us = kNaN;
-  place(i, best, best_start);
-  wake_dependents(op_of_[i]);
+  place(best, best_start);
+  wake_dependents(queue_op_[k], queue_ops_[k]);
   wake(best);
   return true;
 }
@@ -151,7 +158,8 @@ void Sim::place_gated(bool* out_of_memory) {
     for (int q = 0; q < static_cast<int>(queues_.size()); q++) {
       const Queue& qu = queues_[q];
       if (qu.head == qu.end - qu.begin) continue;
-      const double ready = ready_time(queue_ops_[qu.begin + qu.head]);
+      int missing;
+      const double ready = ready_time(queue_op_[qu.begin + qu.head], &missing);
       if (std::isnan(ready)) continue;
       const double start = std::max({ready, resource_free_us_[qu.resource], room_at[q]});
       if (start == kNever) continue;
@@ -167,15 +175,16 @@ void Sim::place_gated(bool* out_of_memory) {
       bytes[d] += frees[d].top().second;
       frees[d].pop();
     }
-    const int i = queue_ops_[queues_[best].begin + queues_[best].head];
-    const Op op = op_of_[i];
+    const int k = queues_[best].begin + queues_[best].head;
+    const int i = queue_ops_[k];
+    const Op op = queue_op_[k];
     const int64_t alloc = memory_delta(*p_, op, true, recomputed(op));
     if (alloc > 0 && bytes[d] + alloc > p_->devices[d].mem_budget_bytes) {
       room_at[best] = frees[d].empty() ? kNever : frees[d].top().first;
       continue;
     }
     room_at[best] = 0;
-    place(i, best, best_start);
+    place(best, best_start);
     bytes[d] += alloc;
     if (const int64_t freed = memory_delta(*p_, op, false, recomputed(op)); freed != 0) {
       frees[d].push({end_[i], freed});

@@ -30,8 +30,6 @@ Status Sim::build() {
   after_ids_.clear();
   start_.assign(n, kNaN);
   end_.assign(n, kNaN);
-  op_of_.resize(n);
-  dur_.resize(n);
   stage_device_.resize(S_);
   for (int st = 0; st < S_; st++) stage_device_[st] = p_->device_of(st);
   stage_dur_.resize(static_cast<size_t>(kNumOpKinds) * S_);
@@ -56,6 +54,10 @@ Status Sim::build() {
   queues_.assign(3 * D_, Queue{});
   queue_ops_.clear();
   queue_ops_.reserve(s_->num_ops());
+  queue_op_.clear();
+  queue_op_.reserve(s_->num_ops());
+  queue_dur_.clear();
+  queue_dur_.reserve(s_->num_ops());
   for (int d = 0; d < D_; d++) {
     const DeviceSchedule& ds = s_->devices[d];
     const int link = p_->devices[d].host_link;
@@ -96,9 +98,9 @@ Status Sim::add_op(int d, const Op& op, OpKind want, const char* list) {
   int i = op_id(S_, M_, op);
   if (present_[i]) return Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " appears twice");
   present_[i] = 1;
-  op_of_[i] = op;
-  dur_[i] = factors_ ? stage_duration(op) * (*factors_)[i] : stage_duration(op);
   queue_ops_.push_back(i);
+  queue_op_.push_back(op);
+  queue_dur_.push_back(factors_ ? stage_duration(op) * (*factors_)[i] : stage_duration(op));
   return Status::Ok();
 }
 
