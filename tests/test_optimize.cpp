@@ -5,6 +5,7 @@
 
 #include "brute_force.h"
 #include "exact/by_start.h"
+#include "optimize/list_scheduler.h"
 #include "optimize/search.h"
 #include "optpipe/cost_model.h"
 #include "optpipe/families.h"
@@ -156,6 +157,50 @@ TEST(Optimize, ShortLimitNeverLosesToAFamily) {
   ASSERT_NE(r.outcome, Outcome::kInfeasible);
   EXPECT_LE(r.timeline.makespan_us, baseline);
   EXPECT_TRUE(r.stats.stopped_by_time);
+}
+
+// ---- greedy starts ----
+
+// The most activations (F to its W or BW) a device's order ever holds at once.
+int most_live(const DeviceSchedule& ds) {
+  int live = 0, most = 0;
+  for (const Op& op : ds.compute) {
+    if (op.kind == OpKind::kF) most = std::max(most, ++live);
+    if (op.kind == OpKind::kW || op.kind == OpKind::kBW) live--;
+  }
+  return most;
+}
+
+// On a V-shape or interleaved placement under a limit well below what the pipeline could keep,
+// a device full of first chunks cannot run the later chunks whose backwards would free it: the
+// greedy then falls back to running forwards past its limit. Reserving slots for the later chunks
+// keeps every device within its limit, and on a V-shape the pipeline moving.
+TEST(ListScheduler, ReservingLaterChunksKeepsTheLimit) {
+  for (auto [placement, v] : {std::pair{Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
+    UniformSpec u;
+    u.num_devices = 8;
+    u.num_microbatches = 32;
+    u.placement = placement;
+    u.chunks_per_device = v;
+    const Problem p = make_uniform_problem(u);
+    const int limit = p.num_devices;  // an unconstrained pipeline keeps up to 2·D·v
+    ListRules plain;
+    plain.max_live.assign(p.num_devices, limit);
+    ListRules reserved = plain;
+    reserved.reserve_later_chunks = true;
+    Result<Schedule> a = list_schedule(p, plain), b = list_schedule(p, reserved);
+    ASSERT_TRUE(a.ok() && b.ok());
+    for (const Result<Schedule>* s : {&a, &b}) {
+      Validation check = validate(p, s->value, {.check_memory_budget = false});
+      ASSERT_TRUE(check.ok()) << check.summary();
+    }
+    int plain_most = 0;
+    for (const DeviceSchedule& ds : a.value.devices) plain_most = std::max(plain_most, most_live(ds));
+    EXPECT_GT(plain_most, 2 * limit) << placement_name(placement);
+    for (const DeviceSchedule& ds : b.value.devices) EXPECT_LE(most_live(ds), limit) << placement_name(placement);
+    if (placement == Placement::kVShape)
+      EXPECT_LT(simulate(p, b.value).timeline.makespan_us, 0.6 * simulate(p, a.value).timeline.makespan_us);
+  }
 }
 
 // ---- bounds ----

@@ -19,6 +19,10 @@ struct Greedy {
   std::vector<std::vector<int>> stages;   // per device, later stages first when later_stage_first
   std::vector<std::deque<Op>> pending_w;  // per device
   std::vector<int> live;
+  // Per device: slots held for the later chunks of microbatches whose first chunk has run there
+  // (they cannot free memory before those run), with reserve_later_chunks.
+  std::vector<int> reserved;
+  std::vector<int> first_stage;  // per device: its lowest stage
   std::vector<double> free_at, last_end, stalled_at;
   Schedule out;
 
@@ -51,6 +55,8 @@ struct Greedy {
         f_end[k] = end;
         next_f[op.stage]++;
         live[d]++;
+        if (rules.reserve_later_chunks)
+          reserved[d] += op.stage == first_stage[d] ? static_cast<int>(stages[d].size()) - 1 : -1;
         break;
       case OpKind::kB:
         b_end[k] = end;
@@ -79,6 +85,14 @@ struct Greedy {
 
   static Op W(int s, int i) { return Op{OpKind::kW, s, i}; }
 
+  // Whether the limit lets device d run a forward of stage s: with reservations, a first chunk
+  // takes a slot for each of the device's chunks, and a later chunk uses one taken for it.
+  bool admits(int d, int s) const {
+    if (!rules.reserve_later_chunks) return live[d] < limit(d);
+    if (s != first_stage[d]) return true;
+    return live[d] + reserved[d] + static_cast<int>(stages[d].size()) <= limit(d);
+  }
+
   // Picks the op device d runs at time t, or returns false and the next time worth looking.
   bool pick(int d, double t, bool ignore_limit, Op* op, double* next_t) const {
     *next_t = kInf;
@@ -97,7 +111,7 @@ struct Greedy {
         found_b = true;
       }
       const int jf = next_f[s];
-      if (!found_f && jf < M && consider(f_ready(s, jf)) && (ignore_limit || live[d] < limit(d))) {
+      if (!found_f && jf < M && consider(f_ready(s, jf)) && (ignore_limit || admits(d, s))) {
         f_op = Op{OpKind::kF, s, jf};
         found_f = true;
       }
@@ -133,6 +147,9 @@ struct Greedy {
       for (auto& list : stages) std::reverse(list.begin(), list.end());
     pending_w.assign(D, {});
     live.assign(D, 0);
+    reserved.assign(D, 0);
+    first_stage.assign(D, S);
+    for (int s = 0; s < S; s++) first_stage[p.device_of(s)] = std::min(first_stage[p.device_of(s)], s);
     free_at.assign(D, 0);
     last_end.assign(D, 0);
     stalled_at.assign(D, 0);

@@ -25,6 +25,10 @@ struct ListRules {
   bool backward_first = true;     // a ready backward goes before a ready forward
   bool later_stage_first = true;  // among ready ops of one kind, the later stage first
   bool w_fills_only = true;       // W only when nothing else is ready (false: W right after its B)
+  // A microbatch's first chunk on a device admitted only with room for all its chunks there: on
+  // V-shape and interleaved placements a device full of first chunks cannot run the later ones
+  // whose backwards would free it.
+  bool reserve_later_chunks = false;
 };
 
 Result<Schedule> list_schedule(const Problem& p, const ListRules& rules);

@@ -39,8 +39,10 @@ void add_start(const std::string& name, FamilySchedule built, const ScheduleRule
 }
 
 // Greedy list schedules on the common placements, under activation limits from what an
-// unconstrained pipeline keeps down to one per device: starts for every budget in between. The
-// largest limits come first, on every placement, as they are the fastest once offloaded.
+// unconstrained pipeline keeps down to one per device, a quarter apart: starts for every budget
+// in between. Where a device holds several chunks, each limit with and without slots reserved for
+// a microbatch's later chunks (neither is better everywhere). The largest limits come first, on
+// every placement, as they are the fastest once offloaded.
 void add_greedy_starts(const Problem& p, const ScheduleRules& rules, const Scoring& scoring, Clock::time_point deadline,
                        bool* out_of_time, std::vector<Start>* starts) {
   struct Placed {
@@ -58,7 +60,7 @@ void add_greedy_starts(const Problem& p, const ScheduleRules& rules, const Scori
     Placed pl{placement, v, rechunk(p, placement, v), {}};
     if (!pl.problem.ok()) continue;
     const int most = std::min(p.num_microbatches * v, 2 * p.num_devices * v);
-    for (int k = 1;; k = std::min(most, k + std::max(1, k / 2))) {
+    for (int k = 1;; k = std::min(most, k + std::max(1, k / 4))) {
       pl.limits.insert(pl.limits.begin(), k);
       if (k == most) break;
     }
@@ -68,19 +70,23 @@ void add_greedy_starts(const Problem& p, const ScheduleRules& rules, const Scori
   for (size_t i = 0; i < most_limits; i++) {
     for (const Placed& pl : placed) {
       if (i >= pl.limits.size()) continue;
-      for (bool split : {true, false}) {
-        if (Clock::now() > deadline) {
-          *out_of_time = true;
-          return;
+      for (bool reserve : {false, true}) {
+        if (reserve && pl.v == 1) continue;  // one chunk per device: nothing to reserve
+        for (bool split : {true, false}) {
+          if (Clock::now() > deadline) {
+            *out_of_time = true;
+            return;
+          }
+          ListRules list_rules;
+          list_rules.max_live.assign(p.num_devices, pl.limits[i]);
+          list_rules.split_backward = split;
+          list_rules.reserve_later_chunks = reserve;
+          Result<Schedule> s = list_schedule(pl.problem.value, list_rules);
+          if (!s.ok()) continue;
+          add_start(std::string("greedy ") + placement_name(pl.placement) + " v" + std::to_string(pl.v) + " live≤" +
+                        std::to_string(pl.limits[i]) + (reserve ? " reserved" : "") + (split ? "" : " fused"),
+                    {pl.problem.value, std::move(s.value)}, rules, scoring, deadline, starts);
         }
-        ListRules list_rules;
-        list_rules.max_live.assign(p.num_devices, pl.limits[i]);
-        list_rules.split_backward = split;
-        Result<Schedule> s = list_schedule(pl.problem.value, list_rules);
-        if (!s.ok()) continue;
-        add_start(std::string("greedy ") + placement_name(pl.placement) + " v" + std::to_string(pl.v) + " live≤" +
-                      std::to_string(pl.limits[i]) + (split ? "" : " fused"),
-                  {pl.problem.value, std::move(s.value)}, rules, scoring, deadline, starts);
       }
     }
   }
