@@ -182,8 +182,8 @@ std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions
   auto after = [&](double share) {
     return t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(share * limit);
   };
-  std::vector<FamilyRun> runs =
-      run_families(p, sim, after(1) + std::chrono::milliseconds(250), options.rules.chunks_per_device, after(0.4));
+  std::vector<FamilyRun> runs = run_families(p, sim, after(1) + std::chrono::milliseconds(250),
+                                             options.rules.chunks_per_device, after(kTuningsShareOfLimit));
   rule_out(options.rules, &runs);
   const double spent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   options.time_limit_s = std::max(0.01, options.time_limit_s - spent_s);

@@ -73,6 +73,8 @@ struct FamilyRun {
 // Each family that applies, overflows as published and neither recomputes nor offloads already is
 // followed by its practitioner tunings that fit (Tuning; none when none fits). Every family is
 // built before any tuning; a tuning not started by `tunings_deadline` (or `deadline`) is left out.
+// The share of a time limit within which the optimizer and `plan` start practitioner tunings.
+constexpr double kTuningsShareOfLimit = 0.4;
 std::vector<FamilyRun> run_families(
     const Problem& p, const SimOptions& sim,
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),

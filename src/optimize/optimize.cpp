@@ -262,7 +262,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   };
   std::vector<FamilyRun> runs =
       run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250),
-                   options.rules.chunks_per_device, after(0.4));
+                   options.rules.chunks_per_device, after(kTuningsShareOfLimit));
   rule_out(options.rules, &runs);
   out.stats.best_family = baseline_of(fastest_fitting(runs, options.objective), options.objective);
   out.stats.best_published_family =
