@@ -279,6 +279,48 @@ TEST(Bounds, WarmUpIdleUnlessOffloadsFillIt) {
   EXPECT_DOUBLE_EQ(makespan_lower_bound(p), 13000);
 }
 
+// The last device of a linear pipeline (D=4, M=3, F = B = 1 ms, W = 0.5 ms, memory ample)
+// starts at 3 ms and has 7.5 ms of work; after its last B the microbatch still needs three B's
+// and stage 0's W (3.5 ms), of which its own three W's can cover only 1.5 ms: bound 12.5 ms
+// (without the cool-down: device 0's warm-up, 11.5), and the search reaches it.
+TEST(Bounds, CoolDownAfterTheLastBackward) {
+  UniformSpec u;
+  u.num_devices = 4;
+  u.num_microbatches = 3;
+  Problem p = make_uniform_problem(u);
+  for (StageSpec& st : p.stages) st.t_w_us = 500;
+  EXPECT_DOUBLE_EQ(makespan_lower_bound(p), 12500);
+  OptimizeOptions o = quick(3000);
+  o.rules.placements = {Placement::kLinear};  // (a V-shape does better: 10.25 ms)
+  OptimizeResult r = optimize(p, o);
+  EXPECT_TRUE(is_checked(r));
+  EXPECT_EQ(r.outcome, Outcome::kOptimal) << r.timeline.makespan_us;
+}
+
+// Where memory holds few pending W's the cool-down is longer; on tiny problems with random
+// budgets and W sizes the bound stays at or below the best order that fits (brute force).
+TEST(Bounds, NeverAboveTheBestOrderWithinTheBudget) {
+  std::mt19937 rng(29);
+  int compared = 0, raised = 0;
+  for (int trial = 0; trial < 40; trial++) {
+    Problem p = tiny_problem(rng, 2 + static_cast<int>(rng() % 2));
+    for (StageSpec& st : p.stages) {
+      st.act_w_bytes = -st.act_f_bytes / (1 + static_cast<int64_t>(rng() % 4));
+      st.act_b_bytes = -st.act_f_bytes - st.act_w_bytes;
+    }
+    for (DeviceSpec& d : p.devices)
+      d.mem_budget_bytes = d.static_bytes + p.stages[0].act_f_bytes * (1 + static_cast<int64_t>(rng() % 3));
+    const double best = brute_force_makespan(p, true);
+    if (best == 0) continue;  // nothing fits
+    compared++;
+    const double bound = makespan_lower_bound(p);
+    EXPECT_LE(bound, best + 1e-6) << "trial " << trial;
+    raised += bound > load_lower_bound(p) + 1e-6;
+  }
+  EXPECT_GT(compared, 20);
+  EXPECT_GT(raised, 5);  // memory, warm-up or cool-down above the plain load bound
+}
+
 TEST(Optimize, MatchesBruteForceOnTinyProblems) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 8; trial++) {

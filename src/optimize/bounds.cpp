@@ -33,9 +33,20 @@ std::vector<double> round_trips(const Problem& p) {
   return round_trip;
 }
 
+// Per stage s > 0: B(s) end → the microbatch's end at least: the B's of stages s−1..0, a hop for
+// every change of device on the way, then W on stage 0. 0 for stage 0.
+std::vector<double> tails(const Problem& p) {
+  std::vector<double> tail(p.num_stages(), 0);
+  for (int s = 1; s < p.num_stages(); s++)
+    tail[s] = (s == 1 ? p.stages[0].t_w_us : tail[s - 1]) + p.stages[s - 1].t_b_us +
+              (p.device_of(s - 1) == p.device_of(s) ? 0 : p.t_comm_us);
+  return tail;
+}
+
 std::vector<DeviceDemand> device_demands(const Problem& p) {
-  const std::vector<double> head = forward_heads(p), round_trip = round_trips(p);
+  const std::vector<double> head = forward_heads(p), round_trip = round_trips(p), tail = tails(p);
   std::vector<DeviceDemand> out(p.num_devices);
+  for (int s = p.num_stages() - 1; s >= 0; s--) out[p.device_of(s)].tail_us = tail[s];  // its first stage's
   for (int d = 0; d < p.num_devices; d++) {
     out[d].first_us = kInf;
     out[d].work_us = p.work_us(d);
@@ -113,6 +124,42 @@ double warmup_idle_us(const DeviceDemand& dd) {
   // Recomputed ones (their inputs taken as free): each µs of forward costs t_R/t_F µs later.
   const double idle = std::max(0.0, window - filled);
   return idle * (1 - recompute_worth);
+}
+
+// Let e be the end of the device's last B; the microbatch's chain after it ends no sooner than
+// e + tail_us. Only W's can follow e on the device (a later F, R or B would need a B after it),
+// and each of them was pending at e, holding its −act_w bytes, which together fit the capacity;
+// so the W time after e is at most a fractional knapsack of the capacity by W time per byte,
+// each stage's W's M at most. The work before e then ends no sooner than first + (warm-up
+// idle) + work − (W time after e), and the makespan is at least e + max(tail, W time after e):
+// first + work + warm-up idle + max(0, tail − W time after e).
+double cooldown_idle_us(const DeviceDemand& dd) {
+  if (!(dd.tail_us > 0)) return 0;
+  if (!dd.unpriced.empty() && dd.unpriced_w_us_per_byte == kInf) return 0;
+  struct Item {
+    double t_w_us, bytes;
+  };
+  thread_local std::vector<Item> items;  // kept, as in warmup_idle_us
+  items.clear();
+  double deferred_us = 0;
+  for (const StageLoad& sl : dd.stages) {
+    const double t_w = sl.spec.t_w_us, bytes = -static_cast<double>(sl.spec.act_w_bytes);
+    if (t_w <= 0) continue;
+    if (bytes <= 0)
+      deferred_us += dd.num_microbatches * t_w;
+    else
+      items.push_back({t_w, bytes});
+  }
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.t_w_us * b.bytes > b.t_w_us * a.bytes; });
+  double capacity = std::max(0.0, dd.capacity_bytes);
+  for (const Item& it : items) {
+    const double n = std::min<double>(dd.num_microbatches, capacity / it.bytes);
+    deferred_us += n * it.t_w_us;
+    capacity -= n * it.bytes;
+  }
+  if (!dd.unpriced.empty()) deferred_us += capacity * dd.unpriced_w_us_per_byte;
+  return std::max(0.0, dd.tail_us - deferred_us);
 }
 
 namespace {
@@ -198,7 +245,7 @@ double memory_bound_us(const DeviceDemand& dd) {
 double makespan_lower_bound(const Problem& p) {
   double bound = chain_us(p);  // and each device's first + work, which the warm-up term includes
   for (const DeviceDemand& dd : device_demands(p)) {
-    bound = std::max(bound, dd.first_us + dd.work_us + warmup_idle_us(dd));
+    bound = std::max(bound, dd.first_us + dd.work_us + warmup_idle_us(dd) + cooldown_idle_us(dd));
     bound = std::max(bound, memory_bound_us(dd));
   }
   return bound;

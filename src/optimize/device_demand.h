@@ -22,6 +22,10 @@ struct DeviceDemand {
   double work_us = 0;         // all its F, B and W
   double capacity_bytes = 0;  // budget − static (≤ 0: nothing fits, no memory bound applies)
   int num_microbatches = 0;
+  // After its last B (one of its first stage: a later stage's B of the same microbatch comes
+  // before) the chain on to the end: the B's of the stages before its first, the hops between
+  // them, and stage 0's W. 0 where the device holds stage 0.
+  double tail_us = 0;
   std::vector<StageLoad> stages;
   // Stages of the device not priced here (the bound over every partition prices one at a
   // time): each may run forwards from head_us on, taken as free fill of the warm-up, and its
@@ -30,11 +34,17 @@ struct DeviceDemand {
     double head_us, tau_us;
   };
   std::vector<Unpriced> unpriced;
+  // The most W time per byte a pending W of an unpriced stage can hold (∞: some W holds none).
+  double unpriced_w_us_per_byte = 0;
 };
 
 // Idle time before the device's first backward that no order, offload or recompute can fill.
 // Every stage of the device must be in `stages` or `unpriced` (fewer forwards fill less).
 double warmup_idle_us(const DeviceDemand& d);
+
+// Idle time after the device's last backward that no order can fill: tail_us less the W's it
+// can still run then, as many as its capacity holds pending.
+double cooldown_idle_us(const DeviceDemand& d);
 
 // Whether the device's activations can fit its capacity over a makespan of T (see
 // makespan_lower_bound). Holds for any subset of the device's stages: dropping a stage drops at

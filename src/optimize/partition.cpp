@@ -74,6 +74,11 @@ class ItemSums {
   double tau_us(int s, int j) const {
     return t_f_[L_] + t_b_[L_] - t_b_[j] + (2 * hops_before_[S_ - 1] - hops_before_[s]) * p_.t_comm_us;
   }
+  // After stage s's B when its first item is i, to the microbatch's end at least (bounds.cpp's
+  // tails): the items before i back, the hops, and item 0's W (stage 0 holds it).
+  double tail_us(int s, int i) const {
+    return s == 0 ? 0 : t_b_[i] + hops_before_[s] * p_.t_comm_us + p_.layers[0].t_w_us;
+  }
 
   StageLoad stage(int s, int i, int j) const {
     StageLoad sl;
@@ -134,6 +139,10 @@ double partition_memory_bound(const Problem& p, const ItemSums& sums, double upp
   const double kInf = std::numeric_limits<double>::infinity();
   DeviceDemand dd;
   dd.num_microbatches = M;
+  for (const LayerSpec& l : p.layers)  // what an unpriced stage's pending W's can hold
+    if (l.t_w_us > 0)
+      dd.unpriced_w_us_per_byte = std::max(dd.unpriced_w_us_per_byte,
+                                           l.act_w_bytes < 0 ? l.t_w_us / -static_cast<double>(l.act_w_bytes) : kInf);
   auto stage_bound = [&](int s, int i, int j) {
     const int d = p.device_of(s), s0 = first_stage_of[d];
     const StageLoad sl = sums.stage(s, i, j);
@@ -145,11 +154,12 @@ double partition_memory_bound(const Problem& p, const ItemSums& sums, double upp
     dd.stages.assign(1, sl);
     dd.unpriced.clear();
     double bound = memory_bound_us(dd);
-    if (s == s0) {  // the warm-up, with the device's later stages as free fill
+    if (s == s0) {  // the warm-up, with the device's later stages as free fill, and the cool-down
       // Stage k starts after one item for each stage before it and ends before one for each after.
       for (int k = s + 1; k < S; k++)
         if (p.device_of(k) == d) dd.unpriced.push_back({sums.head_us(k, k), sums.tau_us(k, L - (S - 1 - k))});
-      bound = std::max(bound, dd.first_us + dd.work_us + warmup_idle_us(dd));
+      dd.tail_us = sums.tail_us(s, i);
+      bound = std::max(bound, dd.first_us + dd.work_us + warmup_idle_us(dd) + cooldown_idle_us(dd));
     }
     return bound;
   };
@@ -190,7 +200,8 @@ double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, doub
     dd.capacity_bytes =
         static_cast<double>(p.devices[d].mem_budget_bytes) - sums.static_bytes(a, a2) - sums.static_bytes(b2, b);
     dd.stages.assign({sums.stage(d, a, a2), sums.stage(S - 1 - d, b2, b)});
-    return dd.first_us + dd.work_us + warmup_idle_us(dd) <= T && memory_fits_by(dd, T);
+    dd.tail_us = sums.tail_us(d, a);
+    return dd.first_us + dd.work_us + warmup_idle_us(dd) + cooldown_idle_us(dd) <= T && memory_fits_by(dd, T);
   };
   std::vector<uint8_t> reach((L + 1) * (L + 1)), next(reach.size());
   // 1: every device fits by T along some cut; 0: none does; -1: out of checks, unknown.
