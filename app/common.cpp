@@ -222,10 +222,12 @@ std::string timing_line(const OptimizeOptions& options, const OptimizeResult& r)
   std::string line =
       !options.any_timing
           ? "timing: exact — fits the budget at the profile's timings, not necessarily if they drift"
-          : fmt::format(
-                "timing: any — fits the budget under any timing ({} WAIT(s) and {} reload gate(s) added, "
-                "no cost at the profile's timings)",
-                r.stats.waits_added, r.stats.reload_gates_added);
+          : fmt::format("timing: any — fits the budget under any timing ({} WAIT(s) and {} reload gate(s) added, {})",
+                        r.stats.waits_added, r.stats.reload_gates_added,
+                        r.stats.gating_cost_us > 0
+                            ? fmt::format("{:.2f} ms at the profile's timings: ties lost on a shared host link",
+                                          r.stats.gating_cost_us / 1e3)
+                            : std::string("no cost at the profile's timings"));
   if (options.robust_sigma > 0)
     line += fmt::format("\nrobust: candidates scored by their p90 makespan over {} samples of per-op jitter σ {}",
                         options.robust_samples, options.robust_sigma);

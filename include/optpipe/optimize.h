@@ -110,6 +110,9 @@ struct OptimizeStats {
   // With OptimizeOptions::any_timing: the gates added to the winner (WAITs; reload anchors and
   // `after` ops).
   int waits_added = 0, reload_gates_added = 0;
+  // What those gates cost at nominal timings: 0 but where a gated reload loses a tie on a shared
+  // host link that it won ungated.
+  double gating_cost_us = 0;
   // With a free partition: items moved between stages from the start's cut.
   int partition_moves = 0;
 };

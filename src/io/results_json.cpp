@@ -171,6 +171,7 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
                 {"offloads_dropped", st.offloads_dropped},
                 {"waits_added", st.waits_added},
                 {"reload_gates_added", st.reload_gates_added},
+                {"gating_cost_us", st.gating_cost_us},
                 {"seed", options.seed},
                 {"threads", options.threads}};
   return j;

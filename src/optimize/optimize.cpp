@@ -112,6 +112,26 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, const
     SimResult nominal = simulate(out.problem, out.schedule);
     OPTPIPE_CHECK(nominal.ok(), "the optimizer's winner must simulate: " + nominal.status.message);
     Gated gated = gate_for_any_timing(out.problem, out.schedule, nominal.timeline, prune_until);
+    // Gates hold at nominal timings, but on a shared host link a reload they make ready later can
+    // lose a tie for the link that it won (first come, first served). Pruning takes back the
+    // gates memory does not need; where the deadline cut it short and the gates cost time, it
+    // runs once more for a short while, and what cost remains is reported.
+    const double ungated_us = objective_us(nominal.timeline, options.objective);
+    auto gated_us = [&](const Gated& g) {
+      return objective_us(simulate(out.problem, g.schedule, {.op_times = false}).timeline, options.objective);
+    };
+    double cost_us = gated_us(gated) - ungated_us;
+    if (cost_us > 0 && Clock::now() >= prune_until) {
+      const double extra_s = std::clamp(0.05 * options.time_limit_s, 0.05, 0.5);
+      Gated again = gate_for_any_timing(
+          out.problem, out.schedule, nominal.timeline,
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(extra_s)));
+      if (const double again_us = gated_us(again) - ungated_us; again_us < cost_us) {
+        gated = std::move(again);
+        cost_us = again_us;
+      }
+    }
+    out.stats.gating_cost_us = std::max(0.0, cost_us);
     out.schedule = std::move(gated.schedule);
     out.stats.waits_added = gated.waits_added;
     out.stats.reload_gates_added = gated.reload_gates_added;
@@ -393,7 +413,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
                 "the search found a schedule that fits, yet the answer does not");
   OPTPIPE_CHECK(!search_fits || options.robust_sigma > 0 ||
                     objective_us(out.timeline, options.objective) <=
-                        searched.best_score.objective_us * (1 + 1e-9) + 1e-6,
+                        searched.best_score.objective_us * (1 + 1e-9) + 1e-6 + out.stats.gating_cost_us,
                 "the answer is slower than the best fitting schedule the search found");
   out.stats.wall_s = seconds_since(t0);
   if (options.progress)
