@@ -109,5 +109,8 @@ void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor);
 // Keeps F(stage, microbatch)'s activation on the device again: its offload, reload and wait go,
 // and no reload waits for that offload any more.
 void remove_offload(DeviceSchedule& ds, int stage, int microbatch);
+// Where reloads name `from` (as their anchor or as an op to wait for), they name `to` instead:
+// for a compute op whose kind changes (a backward split or fused).
+void rename_in_reloads(DeviceSchedule& ds, const Op& from, const Op& to);
 
 }  // namespace optpipe

@@ -67,6 +67,7 @@ class Mover {
 
   // Applies one random move to s; false if the move found nothing to do.
   bool random_move(Schedule& s) {
+    if (pick(100) < 3) return split_cooldown(s);
     const int d = pick(p_.num_devices);
     DeviceSchedule& ds = s.devices[d];
     const int kind = pick(100);
@@ -108,17 +109,61 @@ class Mover {
     const Op op = ops[i];
     if (op.kind == OpKind::kBW) {
       ops[i].kind = OpKind::kB;
+      rename_in_reloads(ds, op, ops[i]);
       const int j = i + 1 + pick(std::min<int>(8, static_cast<int>(ops.size()) - i));
       ops.insert(ops.begin() + std::min<int>(j, static_cast<int>(ops.size())), Op{OpKind::kW, op.stage, op.microbatch});
       return true;
     }
     if (op.kind == OpKind::kB) {
-      const int w = find_op(ops, Op{OpKind::kW, op.stage, op.microbatch});
+      const Op w{OpKind::kW, op.stage, op.microbatch};
       ops[i].kind = OpKind::kBW;
-      ops.erase(ops.begin() + w);
+      rename_in_reloads(ds, op, ops[i]);
+      rename_in_reloads(ds, w, ops[i]);
+      ops.erase(ops.begin() + find_op(ops, w));
       return true;
     }
     return false;
+  }
+
+  // On every device at once, its last k fused backwards split, each W moved after the device's
+  // next `later` backwards (the last ones' at the end): the last microbatches' backwards then
+  // cross the pipeline a W sooner per stage, where one split at a time moves a single link of
+  // that chain (zero-bubble's cool-down).
+  bool split_cooldown(Schedule& s) {
+    const int k = 1 + pick(std::max(1, p_.num_microbatches / 2)), later = 1 + pick(3);
+    bool any = false;
+    std::vector<Op> out;
+    std::vector<std::pair<Op, int>> pending;  // a W, and the backwards still to pass
+    for (DeviceSchedule& ds : s.devices) {
+      std::vector<Op>& ops = ds.compute;
+      int first_split = static_cast<int>(ops.size());
+      for (int i = first_split - 1, n = 0; i >= 0 && n < k; i--)
+        if (ops[i].kind == OpKind::kBW) {
+          first_split = i;
+          n++;
+        }
+      if (first_split == static_cast<int>(ops.size())) continue;
+      any = true;
+      out.assign(ops.begin(), ops.begin() + first_split);
+      pending.clear();
+      for (size_t i = first_split; i < ops.size(); i++) {
+        Op op = ops[i];
+        const bool backward = op.kind == OpKind::kB || op.kind == OpKind::kBW;
+        if (op.kind == OpKind::kBW) {
+          op.kind = OpKind::kB;
+          rename_in_reloads(ds, ops[i], op);
+        }
+        out.push_back(op);
+        if (!backward) continue;
+        for (auto& [w, left] : pending)
+          if (--left == 0) out.push_back(w);
+        std::erase_if(pending, [](const auto& w) { return w.second == 0; });
+        if (ops[i].kind == OpKind::kBW) pending.push_back({Op{OpKind::kW, op.stage, op.microbatch}, later});
+      }
+      for (const auto& w : pending) out.push_back(w.first);
+      ops.swap(out);
+    }
+    return any;
   }
 
   bool offloaded(const DeviceSchedule& ds, const Op& f) const {

@@ -69,6 +69,13 @@ void remove_offload(DeviceSchedule& ds, int stage, int microbatch) {
   for (ReloadEntry& r : ds.reloads) std::erase(r.after, offload);
 }
 
+void rename_in_reloads(DeviceSchedule& ds, const Op& from, const Op& to) {
+  for (ReloadEntry& r : ds.reloads) {
+    if (r.anchor == from) r.anchor = to;
+    std::replace(r.after.begin(), r.after.end(), from, to);
+  }
+}
+
 bool has_offloads(const Schedule& s) {
   for (const DeviceSchedule& ds : s.devices)
     if (!ds.offloads.empty()) return true;
