@@ -63,7 +63,8 @@ bool needs(const Op& y, const Op& x) {
 
 class Mover {
  public:
-  Mover(const Problem& p, const ScheduleRules& rules, std::mt19937_64& rng) : p_(p), rules_(rules), rng_(rng) {}
+  Mover(const Problem& p, const ScheduleRules& rules, std::mt19937_64& rng)
+      : p_(p), rules_(rules), rng_(rng), split_(num_op_ids(p), 0) {}
 
   // Applies one random move to s; false if the move found nothing to do.
   bool random_move(Schedule& s) {
@@ -151,7 +152,7 @@ class Mover {
         const bool backward = op.kind == OpKind::kB || op.kind == OpKind::kBW;
         if (op.kind == OpKind::kBW) {
           op.kind = OpKind::kB;
-          rename_in_reloads(ds, ops[i], op);
+          split_[op_id(p_, ops[i])] = 1;
         }
         out.push_back(op);
         if (!backward) continue;
@@ -162,6 +163,16 @@ class Mover {
       }
       for (const auto& w : pending) out.push_back(w.first);
       ops.swap(out);
+      // Reloads that name a split BW name its B now (one pass, not one per split).
+      auto renamed = [&](Op& x) {
+        if (x.kind == OpKind::kBW && split_[op_id(p_, x)]) x.kind = OpKind::kB;
+      };
+      for (ReloadEntry& r : ds.reloads) {
+        renamed(r.anchor);
+        for (Op& x : r.after) renamed(x);
+      }
+      for (int i = first_split; i < static_cast<int>(ops.size()); i++)
+        if (ops[i].kind == OpKind::kB) split_[op_id(p_, Op{OpKind::kBW, ops[i].stage, ops[i].microbatch})] = 0;
     }
     return any;
   }
@@ -235,6 +246,7 @@ class Mover {
   const Problem& p_;
   const ScheduleRules& rules_;
   std::mt19937_64& rng_;
+  std::vector<uint8_t> split_;  // by op id: a BW split_cooldown has just split (cleared after)
 };
 
 }  // namespace
