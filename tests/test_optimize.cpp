@@ -524,6 +524,37 @@ TEST(Optimize, DropNeedlessRecomputesAndOffloads) {
   for (const DeviceSchedule& ds : roomy.schedule.devices) EXPECT_TRUE(ds.offloads.empty() && ds.reloads.empty());
 }
 
+// A backward split into B and W (or fused back) must carry the reloads that name it: 1F1B with
+// every activation offloaded, each reload anchored at the compute op just before its backward
+// (a BW), then every BW split. Without the renaming those reloads name an op no longer there and
+// the schedule deadlocks.
+TEST(Edit, ASplitBackwardKeepsTheReloadsThatNameIt) {
+  UniformSpec u;
+  u.num_devices = 4;
+  u.num_microbatches = 8;
+  const Problem p = make_uniform_problem(u);
+  Schedule s = make_1f1b(p).value;
+  int anchored_at_bw = 0;
+  for (DeviceSchedule& ds : s.devices) {
+    const int stage = ds.compute[0].stage;
+    for (int i = 0; i < u.num_microbatches; i++) insert_offload(ds, stage, i, backward_index(ds.compute, stage, i) - 1);
+    for (const ReloadEntry& r : ds.reloads) anchored_at_bw += r.anchor.kind == OpKind::kBW;
+  }
+  ASSERT_GT(anchored_at_bw, 0);
+  for (bool rename : {false, true}) {
+    Schedule split = s;
+    for (DeviceSchedule& ds : split.devices)
+      for (size_t i = 0; i < ds.compute.size(); i++) {
+        const Op bw = ds.compute[i];
+        if (bw.kind != OpKind::kBW) continue;
+        ds.compute[i].kind = OpKind::kB;
+        if (rename) rename_in_reloads(ds, bw, ds.compute[i]);
+        ds.compute.insert(ds.compute.begin() + static_cast<int>(i) + 1, Op{OpKind::kW, bw.stage, bw.microbatch});
+      }
+    EXPECT_EQ(simulate(p, split).ok(), rename);
+  }
+}
+
 // The plan's default problem (llama2-13b on 8 × A100-40GB at 36 GiB) needs offloads. Held only to
 // the profile's timings, the optimizer's answer counts on offloads having ended and reloads not
 // having started at the predicted moments, and is caught; held to any timing (the default), the
