@@ -139,8 +139,10 @@ TEST(Optimize, TimeLimitReturnsTheBestSoFar) {
 }
 
 // However short the limit, every family as published is considered (their practitioner tunings
-// only as the limit allows): on a large problem whose repairs alone outlast the limit, the answer
-// still fits and is no slower than the fastest family that fits as published.
+// only as the limit allows) unless the families alone outlast it by a quarter second: on a large
+// problem whose repairs alone outlast the limit, the answer still fits and is no slower than the
+// fastest family that fits as published. Under a sanitizer (several times slower; CI's ASan run
+// once built too few in time) only the families built are held to.
 TEST(Optimize, ShortLimitNeverLosesToAFamily) {
   UniformSpec u;
   u.num_devices = 16;
@@ -155,7 +157,11 @@ TEST(Optimize, ShortLimitNeverLosesToAFamily) {
   OptimizeResult r = optimize(p, o);
   EXPECT_TRUE(is_checked(r));
   ASSERT_NE(r.outcome, Outcome::kInfeasible);
-  EXPECT_LE(r.timeline.makespan_us, baseline);
+  ASSERT_GT(r.stats.best_published_family.makespan_us, 0);
+  EXPECT_LE(r.timeline.makespan_us, r.stats.best_published_family.makespan_us);
+#ifndef __SANITIZE_ADDRESS__
+  EXPECT_DOUBLE_EQ(r.stats.best_published_family.makespan_us, baseline);  // every family was built
+#endif
   EXPECT_TRUE(r.stats.stopped_by_time);
 }
 
