@@ -108,6 +108,7 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, const
             OptimizeResult& out) {
   // The partition travels with the schedule, so that it is read back on the problem it was made for.
   out.schedule.items_per_stage = layers_match(out.problem) ? items_per_stage(out.problem) : std::vector<int>{};
+  double ungated_us = 0;
   if (options.any_timing) {
     SimResult nominal = simulate(out.problem, out.schedule);
     OPTPIPE_CHECK(nominal.ok(), "the optimizer's winner must simulate: " + nominal.status.message);
@@ -115,23 +116,21 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, const
     // Gates hold at nominal timings, but on a shared host link a reload they make ready later can
     // lose a tie for the link that it won (first come, first served). Pruning takes back the
     // gates memory does not need; where the deadline cut it short and the gates cost time, it
-    // runs once more for a short while, and what cost remains is reported.
-    const double ungated_us = objective_us(nominal.timeline, options.objective);
-    auto gated_us = [&](const Gated& g) {
-      return objective_us(simulate(out.problem, g.schedule, {.op_times = false}).timeline, options.objective);
-    };
-    double cost_us = gated_us(gated) - ungated_us;
-    if (cost_us > 0 && Clock::now() >= prune_until) {
-      const double extra_s = std::clamp(0.05 * options.time_limit_s, 0.05, 0.5);
-      Gated again = gate_for_any_timing(
-          out.problem, out.schedule, nominal.timeline,
-          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(extra_s)));
-      if (const double again_us = gated_us(again) - ungated_us; again_us < cost_us) {
-        gated = std::move(again);
-        cost_us = again_us;
+    // runs once more for a short while. What cost remains is read off the validated timeline.
+    ungated_us = objective_us(nominal.timeline, options.objective);
+    if (Clock::now() >= prune_until) {
+      auto gated_us = [&](const Gated& g) {
+        return objective_us(simulate(out.problem, g.schedule, {.op_times = false}).timeline, options.objective);
+      };
+      const double first_us = gated_us(gated);
+      if (first_us > ungated_us) {
+        const double extra_s = std::clamp(0.05 * options.time_limit_s, 0.05, 0.5);
+        Gated again = gate_for_any_timing(
+            out.problem, out.schedule, nominal.timeline,
+            Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(extra_s)));
+        if (gated_us(again) < first_us) gated = std::move(again);
       }
     }
-    out.stats.gating_cost_us = std::max(0.0, cost_us);
     out.schedule = std::move(gated.schedule);
     out.stats.waits_added = gated.waits_added;
     out.stats.reload_gates_added = gated.reload_gates_added;
@@ -142,6 +141,8 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, const
   const Status kept = check_rules(options.rules, out.problem, out.schedule);
   OPTPIPE_CHECK(kept.ok(), "the optimizer broke its rules: " + kept.message);
   out.timeline = std::move(v.sim.timeline);
+  if (options.any_timing)
+    out.stats.gating_cost_us = std::max(0.0, objective_us(out.timeline, options.objective) - ungated_us);
   for (const DeviceFigures& f : out.timeline.devices)
     out.needed_budget_bytes.push_back(options.any_timing ? f.worst_peak_bytes : f.peak_bytes);
   const bool fits =
