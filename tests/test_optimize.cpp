@@ -138,6 +138,22 @@ TEST(Optimize, TimeLimitReturnsTheBestSoFar) {
   EXPECT_NE(r.outcome, Outcome::kInfeasible);
 }
 
+// A search stops at its deadline whoever runs it (the race, or the partition's rounds after it,
+// which once ran thousands of candidates past a 0.3 s limit): past it, not one candidate.
+TEST(Optimize, ASearchPastItsDeadlineEvaluatesNothing) {
+  const Problem p = with_budget(default_problem(), 45ll << 30);
+  Result<FamilySchedule> start = build_family(*find_family("1f1b"), p);
+  ASSERT_TRUE(start.ok());
+  SearchShared shared;
+  shared.deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
+  SearchResult ran = local_search(start.value.problem, start.value.schedule, 1, 50, shared);
+  EXPECT_GT(ran.evaluations, 0);
+  shared.deadline = std::chrono::steady_clock::now();
+  SearchResult stopped = local_search(start.value.problem, start.value.schedule, 1, 50, shared);
+  EXPECT_EQ(stopped.evaluations, 0);
+  EXPECT_EQ(stopped.best.num_ops(), start.value.schedule.num_ops());
+}
+
 // However short the limit, every family as published is considered (their practitioner tunings
 // only as the limit allows) unless the families alone outlast it by a quarter second: on a large
 // problem whose repairs alone outlast the limit, the answer still fits and is no slower than the

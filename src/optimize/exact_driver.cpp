@@ -178,8 +178,11 @@ double run_lns(const OptimizeOptions& options, const Problem& p, double bound_us
   const bool covers_rules = recompute == options.rules.recompute;
   double proven_us = 0;
   std::vector<bool> keep(num_op_ids(p));
+  // What a solve costs beyond the time it is given (building and loading the model), the most
+  // seen so far: kept out of the next one's limit, so that the rounds end by the deadline.
+  double overhead_s = 0;
   for (int round = 0; round < 100000; round++) {
-    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count() - overhead_s;
     if (left < 0.05 || searched->best_score.objective_us <= std::max(bound_us, proven_us) * (1 + 1e-12)) break;
     const int devices = std::min(D, 2 + static_cast<int>(rng() % 2));
     const int microbatches = std::min(M, 4 + static_cast<int>(rng() % 5));
@@ -192,16 +195,20 @@ double run_lns(const OptimizeOptions& options, const Problem& p, double bound_us
         for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW}) keep[op_id(p, Op{k, s, i})] = false;
     }
     // The first neighbourhood is the whole schedule, for half the time: on small problems CP-SAT
-    // hinted with the winner often gets furthest alone.
+    // hinted with the winner often gets furthest alone. The first true neighbourhood gets half of
+    // what is left too: until one has been timed, its overhead is not known.
     const bool whole = round == 0;
+    const double limit_s = round <= 1 ? left / 2 : std::min(1.0, left);
+    const Clock::time_point solve_start = Clock::now();
     CpSatSolution sol = solve_cp_sat(p, {.recompute = recompute,
                                          .offload = options.rules.offload,
-                                         .time_limit_s = whole ? left / 2 : std::min(1.0, left),
+                                         .time_limit_s = limit_s,
                                          .workers = whole ? std::max(2, options.threads) : 1,
                                          .seed = rng(),
                                          .hint = &searched->best,
                                          .keep = whole ? nullptr : &keep});
     stats->exact_solves++;
+    overhead_s = std::max(overhead_s, std::chrono::duration<double>(Clock::now() - solve_start).count() - limit_s);
     stats->exact_models = "CP-SAT";
     if (whole && covers_rules && sol.bound_holds && sol.status.code != StatusCode::kInfeasible)
       proven_us = sol.bound_us;

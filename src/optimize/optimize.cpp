@@ -39,6 +39,11 @@ using Clock = std::chrono::steady_clock;
 constexpr double kSearchShare = 0.95;
 constexpr double kRaceShareBeforePartition = 0.7;
 constexpr double kLnsFrom = 0.6;  // with CP-SAT's neighbourhoods: the search's share before them
+// The end of the limit: the winner tidied, then its gates pruned; then checked, in time kept
+// free for kEndSimulations simulations.
+constexpr double kTidyUntil = 0.97;
+constexpr double kPruneUntil = 0.99;
+constexpr double kEndSimulations = 8;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -124,7 +129,7 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, const
       };
       const double first_us = gated_us(gated);
       if (first_us > ungated_us) {
-        const double extra_s = std::clamp(0.05 * options.time_limit_s, 0.05, 0.5);
+        const double extra_s = std::clamp(0.02 * options.time_limit_s, 0.01, 0.5);
         Gated again = gate_for_any_timing(
             out.problem, out.schedule, nominal.timeline,
             Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(extra_s)));
@@ -143,6 +148,7 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, const
   out.timeline = std::move(v.sim.timeline);
   if (options.any_timing)
     out.stats.gating_cost_us = std::max(0.0, objective_us(out.timeline, options.objective) - ungated_us);
+  out.needed_budget_bytes.clear();  // finish runs again when a step is undone
   for (const DeviceFigures& f : out.timeline.devices)
     out.needed_budget_bytes.push_back(options.any_timing ? f.worst_peak_bytes : f.peak_bytes);
   const bool fits =
@@ -176,6 +182,7 @@ void search_partition(const OptimizeOptions& options, bool by_time, int64_t max_
       stats->partition_moves += moved.moves;
     }
     SearchShared shared;
+    shared.deadline = deadline;
     SearchResult more = local_search(*problem, searched->best, options.seed * 7907 + static_cast<uint64_t>(round),
                                      std::min(slice, max_evaluations - spent), shared, scoring, options.rules);
     spent += more.evaluations;
@@ -319,6 +326,19 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     return out;
   }
 
+  // The steps after the search take time that grows with the schedule: a few simulations of the
+  // first start under any timing, timed once here, are kept free at the end of the limit (at
+  // most a fifth of it).
+  const Clock::time_point timed_from = Clock::now();
+  const SimResult timed =
+      simulate(starts[0].built.problem, starts[0].built.schedule, {.op_times = true, .any_timing = true});
+  OPTPIPE_CHECK(timed.ok(), "a start must simulate: " + timed.status.message);
+  const double end_reserve_s = std::min(0.2 * options.time_limit_s, kEndSimulations * seconds_since(timed_from));
+  const double search_limit_s = options.time_limit_s - end_reserve_s;
+  auto before_end = [&](double share) {
+    return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(search_limit_s * share));
+  };
+
   // The best few starts are searched; the lower bound holds over every placement among them.
   const int num_searches = std::min<int>(std::max(options.threads, 8), static_cast<int>(starts.size()));
   // The partition is searched too when it is free and the starts' problems carry their layers.
@@ -360,7 +380,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
                          : std::clamp<int64_t>(static_cast<int64_t>(2e8 / std::max<size_t>(ops, 1)), 2000, 300000),
                  .until_time = by_time,
                  .t0 = t0,
-                 .stop_after_s = options.time_limit_s * race_share,
+                 .stop_after_s = search_limit_s * race_share,
                  .bound_us = placements.bound(),
                  .noise_for = [&](const Problem& sp) { return placements.noise_for(sp); },
                  .progress = options.progress,
@@ -377,19 +397,20 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   out.problem = st.built.problem;
   SearchResult searched = raced.best;
   if (repartition && layers_match(out.problem))
-    search_partition(options, by_time, race.budget / 4, after(search_share), placements.noise_for(out.problem),
+    search_partition(options, by_time, race.budget / 4, before_end(search_share), placements.noise_for(out.problem),
                      &out.problem, &searched, &out.stats);
   if (lns) {
     const double bound_us =
-        run_lns(options, out.problem, placements.bound(), after(kSearchShare), &searched, &out.stats);
+        run_lns(options, out.problem, placements.bound(), before_end(kSearchShare), &searched, &out.stats);
     // Its bound holds for the problem's partition only.
     if (!repartition) placements.raise_bound(out.problem, bound_us);
   }
   // What the search's plateau walk left behind and the winner does not need (in the time the
   // search left, or as many simulations as the schedule's size allows when it did not bind).
-  Tidied tidied = drop_needless(out.problem, searched.best,
-                                std::clamp<int64_t>(static_cast<int64_t>(4e7 / std::max<size_t>(ops, 1)), 100, 5000),
-                                after(1), placements.noise_for(out.problem), options.rules, options.objective);
+  Tidied tidied =
+      drop_needless(out.problem, searched.best,
+                    std::clamp<int64_t>(static_cast<int64_t>(4e7 / std::max<size_t>(ops, 1)), 100, 5000),
+                    before_end(kTidyUntil), placements.noise_for(out.problem), options.rules, options.objective);
   out.schedule = tidied.schedule;
   out.stats.recomputes_dropped = tidied.recomputes_dropped;
   out.stats.offloads_dropped = tidied.offloads_dropped;
@@ -399,7 +420,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     // The exact models' bounds hold for their problem's partition only.
     if (repartition) placements.bounds = free_bounds;
   }
-  finish(options, after(1.1), placements, out);
+  finish(options, before_end(kPruneUntil), placements, out);
   // Every step after the search keeps a fitting answer fitting, or is undone: the tidied schedule
   // without the exact models' change, then the search's own winner.
   const bool search_fits = searched.best_score.overflow_bytes == 0;
@@ -407,7 +428,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     if (!search_fits || out.outcome != Outcome::kInfeasible) break;
     out.schedule = *undo;
     if (undo == &searched.best) out.stats.recomputes_dropped = out.stats.offloads_dropped = 0;
-    finish(options, after(1.1), placements, out);
+    finish(options, before_end(kPruneUntil), placements, out);
   }
   // The invariant: a fitting candidate means a fitting answer, no slower than that candidate.
   OPTPIPE_CHECK(!search_fits || out.outcome != Outcome::kInfeasible,

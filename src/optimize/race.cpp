@@ -80,6 +80,8 @@ SearchResult run_races(const RaceSetup& setup, int k, SearchShared& shared, int*
 RaceOutcome race_searches(const RaceSetup& setup) {
   const int threads = setup.threads;
   SearchShared shared;
+  shared.deadline =
+      setup.t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(setup.stop_after_s));
   std::atomic<int> finished{0};
   std::vector<SearchResult> results(threads);
   std::vector<int> result_start(threads, 0);

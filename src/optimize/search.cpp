@@ -280,7 +280,8 @@ SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed
   int64_t since_best = 0;
   Schedule cand;  // copied into, not built afresh: its lists keep their capacity from step to step
   for (int64_t step = 0; step < max_evaluations; step++) {
-    if ((step & 63) == 0 && shared.stop.load(std::memory_order_relaxed)) break;
+    // Every step: one of a large schedule's candidates costs milliseconds.
+    if (shared.stop.load(std::memory_order_relaxed) || std::chrono::steady_clock::now() >= shared.deadline) break;
     cand = cur;
     if (!mover.random_move(cand)) continue;
     Score sc;

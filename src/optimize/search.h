@@ -54,15 +54,17 @@ struct [[nodiscard]] SearchResult {
   int64_t improvements = 0;
 };
 
-// What a running search shares with whoever watches it.
+// What a running search shares with whoever watches it. It stops when `stop` is set or at
+// `deadline`, whichever comes first.
 struct SearchShared {
   std::atomic<bool> stop{false};
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::atomic<int64_t> evaluations{0};
   std::atomic<double> best_fitting_us{0};  // its objective; 0: nothing that fits yet
 };
 
-// Improves `start` for at most max_evaluations simulated candidates, or until shared.stop is
-// set, its moves keeping to `rules`. Deterministic for a given seed when not stopped early.
+// Improves `start` for at most max_evaluations simulated candidates, or until shared says stop,
+// its moves keeping to `rules`. Deterministic for a given seed when not stopped early.
 SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
                           SearchShared& shared, const Scoring& scoring = {}, const ScheduleRules& rules = {});
 
