@@ -41,7 +41,7 @@ double best_fitting_family(const Problem& p, bool as_published_only = false) {
 }
 
 // The answer is what it claims: ok, valid (within its budget unless infeasible), simulated again
-// to the same makespan, and no faster than its lower bound.
+// to the same makespan, no faster than its lower bound, with one needed budget per device.
 testing::AssertionResult is_checked(const OptimizeResult& r) {
   if (!r.status.ok()) return testing::AssertionFailure() << r.status.message;
   Validation v = validate(r.problem, r.schedule, {.check_memory_budget = r.outcome != Outcome::kInfeasible});
@@ -59,6 +59,9 @@ testing::AssertionResult is_checked(const OptimizeResult& r) {
     return testing::AssertionFailure() << "placement bound " << r.placement_lower_bound_us << " µs (gap "
                                        << r.placement_gap << ") against bound " << r.lower_bound_us << " (gap " << r.gap
                                        << ") and makespan " << r.timeline.makespan_us;
+  if (r.needed_budget_bytes.size() != r.problem.devices.size())
+    return testing::AssertionFailure() << r.needed_budget_bytes.size() << " needed budgets for "
+                                       << r.problem.devices.size() << " devices";
   return testing::AssertionSuccess();
 }
 
