@@ -61,6 +61,27 @@ std::vector<DeviceDemand> device_demands(const Problem& p) {
   return out;
 }
 
+// Per unit: time and bytes; units: how many. The time of the units that fit `capacity_bytes`
+// (taken as 0 when below), the most time per byte first, the last one fractional; a unit of no
+// bytes always fits. The units taken leave `items`, the bytes they hold leave the capacity.
+struct PackItem {
+  double time_us, bytes, count;
+};
+
+double pack_by_time_per_byte(std::vector<PackItem>& items, double* capacity_bytes) {
+  std::sort(items.begin(), items.end(),
+            [](const PackItem& a, const PackItem& b) { return a.time_us * b.bytes > b.time_us * a.bytes; });
+  double capacity = std::max(0.0, *capacity_bytes), packed_us = 0;
+  for (PackItem& it : items) {
+    const double n = it.bytes > 0 ? std::min(it.count, capacity / it.bytes) : it.count;
+    packed_us += n * it.time_us;
+    capacity = std::max(0.0, capacity - n * std::max(0.0, it.bytes));
+    it.count -= n;
+  }
+  *capacity_bytes = capacity;
+  return packed_us;
+}
+
 }  // namespace
 
 // No B (so no W) can start on the device before τ = the earliest any of its stages' first
@@ -83,10 +104,7 @@ double warmup_idle_us(const DeviceDemand& dd) {
   double filled = 0;
   for (const DeviceDemand::Unpriced& u : dd.unpriced) filled += std::max(0.0, tau - std::max(u.head_us, dd.first_us));
 
-  struct Item {
-    double t_f_us, act_bytes, count;
-  };
-  thread_local std::vector<Item> items;  // kept: the bounds over every partition call this millions of times
+  thread_local std::vector<PackItem> items;  // kept: the bounds over every partition call this millions of times
   items.clear();
   double t_f_min = kInf, t_offload_min = kInf, recompute_worth = 0;  // per µs of forward filled
   for (const StageLoad& sl : dd.stages) {
@@ -103,24 +121,16 @@ double warmup_idle_us(const DeviceDemand& dd) {
 
   // Offloads: the longest forwards, as many as the link can finish by τ.
   double offloads = t_offload_min > 0 ? std::floor(std::max(0.0, window - t_f_min) / t_offload_min) : kInf;
-  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.t_f_us > b.t_f_us; });
-  for (Item& it : items) {
+  std::sort(items.begin(), items.end(), [](const PackItem& a, const PackItem& b) { return a.time_us > b.time_us; });
+  for (PackItem& it : items) {
     const double n = std::min(offloads, it.count);
-    filled += n * it.t_f_us;
+    filled += n * it.time_us;
     offloads -= n;
     it.count -= n;
   }
   // Kept: the most forward time per byte first, the last one fractional.
   double capacity = dd.capacity_bytes;
-  std::sort(items.begin(), items.end(),
-            [](const Item& a, const Item& b) { return a.t_f_us * b.act_bytes > b.t_f_us * a.act_bytes; });
-  for (Item& it : items) {
-    if (capacity <= 0) break;
-    const double n = it.act_bytes > 0 ? std::min(it.count, capacity / it.act_bytes) : it.count;
-    filled += n * it.t_f_us;
-    capacity -= n * it.act_bytes;
-    it.count -= n;
-  }
+  filled += pack_by_time_per_byte(items, &capacity);
   // Recomputed ones (their inputs taken as free): each µs of forward costs t_R/t_F µs later.
   const double idle = std::max(0.0, window - filled);
   return idle * (1 - recompute_worth);
@@ -136,28 +146,14 @@ double warmup_idle_us(const DeviceDemand& dd) {
 double cooldown_idle_us(const DeviceDemand& dd) {
   if (!(dd.tail_us > 0)) return 0;
   if (!dd.unpriced.empty() && dd.unpriced_w_us_per_byte == kInf) return 0;
-  struct Item {
-    double t_w_us, bytes;
-  };
-  thread_local std::vector<Item> items;  // kept, as in warmup_idle_us
+  thread_local std::vector<PackItem> items;  // kept, as in warmup_idle_us
   items.clear();
-  double deferred_us = 0;
-  for (const StageLoad& sl : dd.stages) {
-    const double t_w = sl.spec.t_w_us, bytes = -static_cast<double>(sl.spec.act_w_bytes);
-    if (t_w <= 0) continue;
-    if (bytes <= 0)
-      deferred_us += dd.num_microbatches * t_w;
-    else
-      items.push_back({t_w, bytes});
-  }
-  std::sort(items.begin(), items.end(),
-            [](const Item& a, const Item& b) { return a.t_w_us * b.bytes > b.t_w_us * a.bytes; });
-  double capacity = std::max(0.0, dd.capacity_bytes);
-  for (const Item& it : items) {
-    const double n = std::min<double>(dd.num_microbatches, capacity / it.bytes);
-    deferred_us += n * it.t_w_us;
-    capacity -= n * it.bytes;
-  }
+  for (const StageLoad& sl : dd.stages)
+    if (sl.spec.t_w_us > 0)
+      items.push_back(
+          {sl.spec.t_w_us, -static_cast<double>(sl.spec.act_w_bytes), static_cast<double>(dd.num_microbatches)});
+  double capacity = dd.capacity_bytes;
+  double deferred_us = pack_by_time_per_byte(items, &capacity);
   if (!dd.unpriced.empty()) deferred_us += capacity * dd.unpriced_w_us_per_byte;
   return std::max(0.0, dd.tail_us - deferred_us);
 }
