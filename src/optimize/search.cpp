@@ -181,7 +181,8 @@ class Mover {
     return find_op(ds.offloads, Op{OpKind::kOffload, f.stage, f.microbatch}) >= 0;
   }
 
-  // Recompute F(s,i) right before its backward, or stop recomputing it.
+  // Recompute F(s,i) right before its backward (instead of offloading it, if it was), or stop
+  // recomputing it. The swap is one move: dropping the offload alone first would overflow.
   bool toggle_recompute(DeviceSchedule& ds) {
     std::vector<Op>& ops = ds.compute;
     const int i = pick(static_cast<int>(ops.size()));
@@ -193,8 +194,9 @@ class Mover {
     }
     if (op.kind != OpKind::kB && op.kind != OpKind::kBW) return false;
     const Op r{OpKind::kR, op.stage, op.microbatch};
-    if (find_op(ops, r) >= 0 || offloaded(ds, op)) return false;
-    ops.insert(ops.begin() + i, r);
+    if (find_op(ops, r) >= 0) return false;
+    if (offloaded(ds, op)) remove_offload(ds, op.stage, op.microbatch);  // its WAIT, if any, goes too
+    ops.insert(ops.begin() + backward_index(ops, op.stage, op.microbatch), r);
     return true;
   }
 
@@ -214,17 +216,22 @@ class Mover {
     return true;
   }
 
-  // Offload F(s,i)'s activation, reloaded a few ops before its backward; or keep it again.
+  // Offload F(s,i)'s activation (instead of recomputing it, if it was), reloaded a few ops
+  // before its backward; or keep it again.
   bool toggle_offload(DeviceSchedule& ds) {
     std::vector<Op>& ops = ds.compute;
-    const int i = pick(static_cast<int>(ops.size()));
+    int i = pick(static_cast<int>(ops.size()));
     const Op op = ops[i];
     if (op.kind != OpKind::kB && op.kind != OpKind::kBW) return false;
     if (offloaded(ds, op)) {
       remove_offload(ds, op.stage, op.microbatch);
       return true;
     }
-    if (find_op(ops, Op{OpKind::kR, op.stage, op.microbatch}) >= 0) return false;
+    if (const int r = find_op(ops, Op{OpKind::kR, op.stage, op.microbatch}); r >= 0) {
+      if (rules_.whole_stage_recompute) return false;  // a stage recomputes all or none
+      ops.erase(ops.begin() + r);
+      if (r < i) i--;
+    }
     const int f = find_op(ops, Op{OpKind::kF, op.stage, op.microbatch});
     if (i - f < 2) return false;  // nothing in between to overlap the transfers with
     insert_offload(ds, op.stage, op.microbatch, std::max(f + 1, i - 1 - pick(std::min(8, i - f - 1))));
