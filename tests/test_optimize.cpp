@@ -223,8 +223,9 @@ TEST(ListScheduler, ReservingLaterChunksKeepsTheLimit) {
     for (const DeviceSchedule& ds : a.value.devices) plain_most = std::max(plain_most, most_live(ds));
     EXPECT_GT(plain_most, 2 * limit) << placement_name(placement);
     for (const DeviceSchedule& ds : b.value.devices) EXPECT_LE(most_live(ds), limit) << placement_name(placement);
-    if (placement == Placement::kVShape)
+    if (placement == Placement::kVShape) {
       EXPECT_LT(simulate(p, b.value).timeline.makespan_us, 0.6 * simulate(p, a.value).timeline.makespan_us);
+    }
   }
 }
 
