@@ -177,6 +177,13 @@ class Mover {
     return any;
   }
 
+  // Takes out the recompute at compute[r]; reloads issued at it are issued at the op after it.
+  static void erase_recompute(DeviceSchedule& ds, int r) {
+    const Op recompute = ds.compute[r];
+    ds.compute.erase(ds.compute.begin() + r);
+    if (r < static_cast<int>(ds.compute.size())) rename_in_reloads(ds, recompute, ds.compute[r]);
+  }
+
   bool offloaded(const DeviceSchedule& ds, const Op& f) const {
     return find_op(ds.offloads, Op{OpKind::kOffload, f.stage, f.microbatch}) >= 0;
   }
@@ -189,7 +196,7 @@ class Mover {
     const Op op = ops[i];
     if (rules_.whole_stage_recompute) return toggle_stage_recompute(ds, op);
     if (op.kind == OpKind::kR) {
-      ops.erase(ops.begin() + i);
+      erase_recompute(ds, i);
       return true;
     }
     if (op.kind != OpKind::kB && op.kind != OpKind::kBW) return false;
@@ -229,7 +236,7 @@ class Mover {
     }
     if (const int r = find_op(ops, Op{OpKind::kR, op.stage, op.microbatch}); r >= 0) {
       if (rules_.whole_stage_recompute) return false;  // a stage recomputes all or none
-      ops.erase(ops.begin() + r);
+      erase_recompute(ds, r);
       if (r < i) i--;
     }
     const int f = find_op(ops, Op{OpKind::kF, op.stage, op.microbatch});
