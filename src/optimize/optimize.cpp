@@ -46,6 +46,9 @@ constexpr double kPruneUntil = 0.99;
 constexpr double kEndSimulations = 8;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+Clock::time_point seconds_after(Clock::time_point t0, double seconds) {
+  return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
 
 Status check_options(const OptimizeOptions& options, const NoiseSpec& robust) {
   if (options.threads < 1 || options.threads > 256 || !(options.time_limit_s > 0) || options.max_evaluations < 0)
@@ -130,9 +133,8 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, const
       const double first_us = gated_us(gated);
       if (first_us > ungated_us) {
         const double extra_s = std::clamp(0.02 * options.time_limit_s, 0.01, 0.5);
-        Gated again = gate_for_any_timing(
-            out.problem, out.schedule, nominal.timeline,
-            Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(extra_s)));
+        Gated again =
+            gate_for_any_timing(out.problem, out.schedule, nominal.timeline, seconds_after(Clock::now(), extra_s));
         if (gated_us(again) < first_us) gated = std::move(again);
       }
     }
@@ -284,10 +286,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // alone outlast the limit by a quarter second, on problems so large that the rest are left out;
   // their practitioner tunings, dearer, are started within 40% of the limit or not at all. The
   // greedy starts take at most a quarter of it, the repairs what is left of the first half.
-  auto after = [&](double share) {
-    return t0 +
-           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.time_limit_s * share));
-  };
+  auto after = [&](double share) { return seconds_after(t0, options.time_limit_s * share); };
   std::vector<FamilyRun> runs =
       run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250),
                    options.rules.chunks_per_device, after(kTuningsShareOfLimit));
@@ -335,9 +334,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   OPTPIPE_CHECK(timed.ok(), "a start must simulate: " + timed.status.message);
   const double end_reserve_s = std::min(0.2 * options.time_limit_s, kEndSimulations * seconds_since(timed_from));
   const double search_limit_s = options.time_limit_s - end_reserve_s;
-  auto before_end = [&](double share) {
-    return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(search_limit_s * share));
-  };
+  auto before_end = [&](double share) { return seconds_after(t0, search_limit_s * share); };
 
   // The best few starts are searched; the lower bound holds over every placement among them.
   const int num_searches = std::min<int>(std::max(options.threads, 8), static_cast<int>(starts.size()));
