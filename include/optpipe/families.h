@@ -81,6 +81,13 @@ std::vector<FamilyRun> run_families(
     int interleaved_chunks = 0,
     std::chrono::steady_clock::time_point tunings_deadline = std::chrono::steady_clock::time_point::max());
 
+// As run_families, for the families of q's own placement only (and of its chunk count), each on
+// q's cut as it is: the families on a cut that no partition rule gives.
+std::vector<FamilyRun> run_families_on_cut(
+    const Problem& q, const SimOptions& sim,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
+    std::chrono::steady_clock::time_point tunings_deadline = std::chrono::steady_clock::time_point::max());
+
 // The fastest run that fits (with as_published_only, among the runs as published), or nullptr.
 const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective objective = Objective::kMakespan,
                                  bool as_published_only = false);

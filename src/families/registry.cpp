@@ -1,4 +1,6 @@
 // The one table of schedule families, shared by the CLI, the tests and the docs.
+#include <functional>
+
 #include "families/common.h"
 #include "optpipe/simulate.h"
 #include "optpipe/validate.h"
@@ -65,11 +67,16 @@ void score_run(const SimOptions& sim, FamilyRun* run) {
   run->fits_any_timing = sim.any_timing && fits_any_timing(run->built.problem, run->timeline);
 }
 
-std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
-                                    std::chrono::steady_clock::time_point deadline, int interleaved_chunks,
-                                    std::chrono::steady_clock::time_point tunings_deadline) {
+namespace {
+
+// run_families for the families `wanted` takes.
+std::vector<FamilyRun> run_some_families(const Problem& p, const SimOptions& sim,
+                                         std::chrono::steady_clock::time_point deadline, int interleaved_chunks,
+                                         std::chrono::steady_clock::time_point tunings_deadline,
+                                         const std::function<bool(const Family&)>& wanted) {
   std::vector<FamilyRun> out;
   for (const Family& f : families()) {
+    if (!wanted(f)) continue;
     FamilyRun run;
     run.family = &f;
     run.label = f.name;
@@ -97,6 +104,23 @@ std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
     for (FamilyRun& t : tuned) with_tunings.push_back(std::move(t));
   }
   return with_tunings;
+}
+
+}  // namespace
+
+std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
+                                    std::chrono::steady_clock::time_point deadline, int interleaved_chunks,
+                                    std::chrono::steady_clock::time_point tunings_deadline) {
+  return run_some_families(p, sim, deadline, interleaved_chunks, tunings_deadline, [](const Family&) { return true; });
+}
+
+std::vector<FamilyRun> run_families_on_cut(const Problem& q, const SimOptions& sim,
+                                           std::chrono::steady_clock::time_point deadline,
+                                           std::chrono::steady_clock::time_point tunings_deadline) {
+  return run_some_families(q, sim, deadline, q.chunks_per_device, tunings_deadline, [&](const Family& f) {
+    return f.placement == q.placement &&
+           (f.placement == Placement::kInterleaved || f.chunks_per_device == q.chunks_per_device);
+  });
 }
 
 const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective objective, bool as_published_only) {

@@ -312,6 +312,25 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
         runs.push_back(std::move(run));
       }
   }
+  // ... and on the cuts the bound over every partition points to for the V-shape and two
+  // interleaved chunks (bound_guided_cuts).
+  if (partition_free && Clock::now() < after(0.25)) {
+    for (const auto& [placement, v] : {std::pair{Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
+      Result<Problem> placed = rechunk(p, placement, v);
+      if (!options.rules.allows_placement(placement, v) || !placed.ok()) continue;
+      for (const std::vector<int>& cut : bound_guided_cuts(placed.value)) {
+        Result<Problem> cut_problem = with_partition(placed.value, cut);
+        if (!cut_problem.ok() || Clock::now() > after(0.25)) continue;
+        std::vector<FamilyRun> on_cut =
+            run_families_on_cut(cut_problem.value, {.op_times = false, .any_timing = false}, after(0.25));
+        rule_out(options.rules, &on_cut);
+        for (FamilyRun& run : on_cut) {
+          run.label += " [bound cut]";
+          runs.push_back(std::move(run));
+        }
+      }
+    }
+  }
   bool out_of_time = false;
   std::vector<Start> starts =
       make_starts(p, frugal, runs, options.rules, options.objective, after(0.25), after(0.5), &out_of_time);

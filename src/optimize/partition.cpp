@@ -177,6 +177,13 @@ double partition_memory_bound(const Problem& p, const ItemSums& sums, double upp
   return best[L] == kInf ? 0 : best[L];
 }
 
+// measured: 1e6 checks take about 0.16 s on D = 64, L = 322
+constexpr int64_t kPairChecks = 1'000'000;
+// A pair bound's cut is taken at this much above the least makespan its test finds possible: at
+// that least one the cut is forced to extremes (e.g. the embedding alone on stage 0, every item
+// the bound does not need early piled on the last stage), which the families run slowly.
+constexpr double kCutSlack = 0.01;
+
 // Whether device d, holding stages s1 = items [a, a2) and s2 = items [b, b2) (s1 < s2), has its
 // bound (bounds.cpp's warm-up, cool-down and memory-area terms, both stages together, exactly as
 // for one partition) within T. The pair bounds below count each call against a budget.
@@ -197,8 +204,7 @@ class PairCheck {
     return dd_.first_us + dd_.work_us + warmup_idle_us(dd_) + cooldown_idle_us(dd_) <= T && memory_fits_by(dd_, T);
   }
 
-  // measured: 1e6 checks take about 0.16 s on D = 64, L = 322
-  int64_t checks_left = 1'000'000;
+  int64_t checks_left = kPairChecks;
 
  private:
   const Problem& p_;
@@ -209,29 +215,86 @@ class PairCheck {
 // The least T for which feasible(T) (1: some cut fits every device by T; 0: none; −1: out of
 // checks), by bisection between lo and hi (a T every cut passes is needed only as an upper start:
 // the partition p is cut to is one). Every T found impossible is a bound too, so when the checks
-// run out the last of them stands.
-double bisect_pair_bound(double lo, double hi, const std::function<int(double)>& feasible) {
+// run out the last of them stands. *possible_us: the least T found possible (hi if none was).
+double bisect_pair_bound(double lo, double hi, const std::function<int(double)>& feasible, double* possible_us) {
   for (int k = 0; k < 40 && hi - lo > 1e-9 * hi; k++) {
     const double mid = (lo + hi) / 2;
     const int fits = feasible(mid);
     if (fits < 0) break;
     (fits ? hi : lo) = mid;
   }
+  *possible_us = hi;
   return lo;
+}
+
+}  // namespace
+
+std::vector<int> lighter_first(const Problem& p) {
+  std::vector<int> counts = items_per_stage(p);
+  const int D = p.num_devices;
+  if (p.num_stages() != 2 * D || p.placement == Placement::kLinear) return counts;
+  for (int d = 0; d < D; d++) {
+    const int later = p.placement == Placement::kVShape ? 2 * D - 1 - d : D + d;
+    if (counts[d] > counts[later]) std::swap(counts[d], counts[later]);
+  }
+  return counts;
+}
+
+namespace {
+
+// The states (packed a·(L+1) + b) each device reached along the cuts, device by device, when a
+// pair bound's last test is recorded; and, walking back from the last device, the cut: at each
+// device the state before it nearest `near` (the boundaries of the problem's own cut after each
+// device) among those from which that device fits by T, handed to `assign`. False when a device
+// finds none.
+using Levels = std::vector<std::vector<int>>;
+
+bool walk_back(const Levels& levels, int L, int start_state, const std::vector<std::pair<int, int>>& near,
+               const std::function<bool(int d, int before, int after)>& fits,
+               const std::function<void(int d, int before, int after)>& assign) {
+  auto distance = [&](int d, int state) {
+    return std::abs(state / (L + 1) - near[d].first) + std::abs(state % (L + 1) - near[d].second);
+  };
+  const int D = static_cast<int>(levels.size());
+  std::vector<int> order;
+  auto nearest_first = [&](int d, const std::vector<int>& states) {
+    order = states;
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return distance(d, x) < distance(d, y); });
+  };
+  if (levels[D - 1].empty()) return false;
+  nearest_first(D - 1, levels[D - 1]);
+  int state = order[0];
+  for (int d = D - 1; d >= 0; d--) {
+    if (d == 0) {
+      if (!fits(0, start_state, state)) return false;
+      assign(0, start_state, state);
+      break;
+    }
+    nearest_first(d - 1, levels[d - 1]);
+    int before = -1;
+    for (int x : order)
+      if (fits(d, x, state)) {
+        before = x;
+        break;
+      }
+    if (before < 0) return false;
+    assign(d, before, state);
+    state = before;
+  }
+  return true;
 }
 
 // A V-shape's device d holds stages d and 2D−1−d, nested: the outer devices take items from
 // both ends. So at a makespan T, which cuts let every device's bound stay within T follows from
 // outside in, state (d, a, b) = devices 0..d−1 hold items [0, a) and [b, L). A stage whose work
-// alone passes T ends the search along it, which keeps the states few.
-double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, double hi) {
+// alone passes T ends the search along it, which keeps the states few. With `cut`, also a cut
+// that fits every device by the least T found possible (left empty when none is found).
+double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, double hi, std::vector<int>* cut) {
   const int D = p.num_devices, L = static_cast<int>(p.layers.size()), M = p.num_microbatches, S = p.num_stages();
   if (p.placement != Placement::kVShape || L < S || !(hi > lo)) return 0;
   PairCheck check(p, sums);
-  auto device_fits = [&](int d, int a, int a2, int b2, int b, double T) {
-    return check.fits(d, d, a, a2, S - 1 - d, b2, b, T);
-  };
   std::vector<uint8_t> reach((L + 1) * (L + 1)), next(reach.size());
+  Levels levels;  // recorded when not empty
   // 1: every device fits by T along some cut; 0: none does; -1: out of checks, unknown.
   auto feasible = [&](double T) {
     std::fill(reach.begin(), reach.end(), 0);
@@ -249,8 +312,9 @@ double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, doub
             for (int b2 = d == D - 1 ? a2 : b - 1; b2 >= a2 + inner && (d < D - 1 || b2 == a2); b2--) {
               if (M * (sums.work_us(a, a2) + sums.work_us(b2, b)) > T) break;
               if (check.checks_left <= 0) return -1;
-              if (next[a2 * (L + 1) + b2] || !device_fits(d, a, a2, b2, b, T)) continue;
+              if (next[a2 * (L + 1) + b2] || !check.fits(d, d, a, a2, S - 1 - d, b2, b, T)) continue;
               next[a2 * (L + 1) + b2] = 1;
+              if (!levels.empty()) levels[d].push_back(a2 * (L + 1) + b2);
               any = true;
             }
           }
@@ -260,20 +324,56 @@ double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, doub
     }
     return 1;
   };
-  return bisect_pair_bound(lo, hi, feasible);
+  double possible_us;
+  const double bound = bisect_pair_bound(lo, hi, feasible, &possible_us);
+  if (!cut) return bound;
+  levels.assign(D, {});
+  check.checks_left = kPairChecks;
+  possible_us *= 1 + kCutSlack;
+  if (feasible(possible_us) != 1) return bound;
+  const std::vector<int> own = lighter_first(p);
+  std::vector<std::pair<int, int>> near(D);
+  for (int d = 0, a2 = 0, b2 = L; d < D; d++) {  // after device d: its first stage's end, its second's start
+    a2 += own[d];
+    b2 -= own[S - 1 - d];
+    near[d] = {a2, b2};
+  }
+  std::vector<int> counts(S, 0);
+  const bool found = walk_back(
+      levels, L, L, near,
+      [&](int d, int before, int after) {
+        const int a = before / (L + 1), b = before % (L + 1);
+        const int a2 = after / (L + 1), b2 = after % (L + 1);
+        return a < a2 && b2 < b && check.fits(d, d, a, a2, S - 1 - d, b2, b, possible_us);
+      },
+      [&](int d, int before, int after) {
+        counts[d] = after / (L + 1) - before / (L + 1);
+        counts[S - 1 - d] = before % (L + 1) - after % (L + 1);
+      });
+  if (found) *cut = std::move(counts);
+  return bound;
 }
 
 // An interleaved placement of two chunks: device d holds stages d and D+d. The cuts follow
 // device by device, state (a, b) = the first items of stages d and D+d, for each first item b0
-// of stage D, where stage D−1 must end; the least T is found as for the V-shape.
-double interleaved_pair_bound(const Problem& p, const ItemSums& sums, double lo, double hi) {
+// of stage D, where stage D−1 must end; the least T is found as for the V-shape, and `cut` too,
+// at the b0 nearest the problem's own.
+double interleaved_pair_bound(const Problem& p, const ItemSums& sums, double lo, double hi, std::vector<int>* cut) {
   const int D = p.num_devices, L = static_cast<int>(p.layers.size()), M = p.num_microbatches, S = p.num_stages();
   if (p.placement != Placement::kInterleaved || p.chunks_per_device != 2 || L < S || !(hi > lo)) return 0;
   PairCheck check(p, sums);
+  const std::vector<int> own = lighter_first(p);
+  int own_b0 = 0;
+  for (int s = 0; s < D; s++) own_b0 += own[s];
+  std::vector<int> b0s;
+  for (int b0 = D; b0 <= L - D; b0++) b0s.push_back(b0);
+  std::stable_sort(b0s.begin(), b0s.end(), [&](int x, int y) { return std::abs(x - own_b0) < std::abs(y - own_b0); });
   std::vector<std::pair<int, int>> reach, next;
   std::vector<uint8_t> seen((L + 1) * (L + 1));
+  Levels levels;  // recorded when not empty
+  int found_b0 = -1;
   auto feasible = [&](double T) {
-    for (int b0 = D; b0 <= L - D; b0++) {
+    for (int b0 : b0s) {
       reach.assign(1, {0, b0});
       for (int d = 0; d < D && !reach.empty(); d++) {
         next.clear();
@@ -293,12 +393,45 @@ double interleaved_pair_bound(const Problem& p, const ItemSums& sums, double lo,
           }
         for (const auto& [a2, b2] : next) seen[a2 * (L + 1) + b2] = 0;
         reach.swap(next);
+        if (!levels.empty()) {
+          levels[d].clear();
+          for (const auto& [a2, b2] : reach) levels[d].push_back(a2 * (L + 1) + b2);
+        }
       }
-      if (!reach.empty()) return 1;
+      if (!reach.empty()) {
+        found_b0 = b0;
+        return 1;
+      }
     }
     return 0;
   };
-  return bisect_pair_bound(lo, hi, feasible);
+  double possible_us;
+  const double bound = bisect_pair_bound(lo, hi, feasible, &possible_us);
+  if (!cut) return bound;
+  levels.assign(D, {});
+  check.checks_left = kPairChecks;
+  possible_us *= 1 + kCutSlack;
+  if (feasible(possible_us) != 1) return bound;
+  std::vector<std::pair<int, int>> near(D);
+  for (int d = 0, a2 = 0, b2 = own_b0; d < D; d++) {  // after device d: its stages' ends
+    a2 += own[d];
+    b2 += own[D + d];
+    near[d] = {a2, b2};
+  }
+  std::vector<int> counts(S, 0);
+  const bool found = walk_back(
+      levels, L, found_b0, near,
+      [&](int d, int before, int after) {
+        const int a = before / (L + 1), b = before % (L + 1);
+        const int a2 = after / (L + 1), b2 = after % (L + 1);
+        return a < a2 && b < b2 && check.fits(d, d, a, a2, D + d, b, b2, possible_us);
+      },
+      [&](int d, int before, int after) {
+        counts[d] = after / (L + 1) - before / (L + 1);
+        counts[D + d] = after % (L + 1) - before % (L + 1);
+      });
+  if (found) *cut = std::move(counts);
+  return bound;
 }
 
 // The least busiest device over every partition, contiguity relaxed: the first item always sits
@@ -354,7 +487,11 @@ double partition_load_bound(const Problem& p, const ItemSums& sums) {
 
 }  // namespace
 
-double partition_free_lower_bound(const Problem& p, Objective objective) {
+namespace {
+
+// partition_free_lower_bound, and with `cut` the pair bound's cut (V-shape, two interleaved
+// chunks; else left empty).
+double free_bound(const Problem& p, Objective objective, std::vector<int>* cut) {
   const int D = p.num_devices, M = p.num_microbatches, S = p.num_stages();
   double items_work = 0, items_chain = 0, heaviest = 0;
   for (const LayerSpec& l : p.layers) {
@@ -381,7 +518,23 @@ double partition_free_lower_bound(const Problem& p, Objective objective) {
   const double own_us = makespan_lower_bound(p);  // p's own partition: the least cannot pass it
   const double bound =
       std::max({chain, average, M * heaviest, partition_load_bound(p, sums), partition_memory_bound(p, sums, own_us)});
-  return std::max({bound, vshape_pair_bound(p, sums, bound, own_us), interleaved_pair_bound(p, sums, bound, own_us)});
+  return std::max(
+      {bound, vshape_pair_bound(p, sums, bound, own_us, cut), interleaved_pair_bound(p, sums, bound, own_us, cut)});
+}
+
+}  // namespace
+
+double partition_free_lower_bound(const Problem& p, Objective objective) { return free_bound(p, objective, nullptr); }
+
+std::vector<std::vector<int>> bound_guided_cuts(const Problem& p) {
+  std::vector<std::vector<int>> out;
+  if (p.placement == Placement::kLinear || p.chunks_per_device != 2 || !layers_match(p)) return out;
+  const std::vector<int> own = items_per_stage(p);
+  std::vector<int> pair_cut;
+  (void)free_bound(p, Objective::kMakespan, &pair_cut);
+  for (const std::vector<int>& cut : {lighter_first(p), pair_cut})
+    if (!cut.empty() && cut != own && std::find(out.begin(), out.end(), cut) == out.end()) out.push_back(cut);
+  return out;
 }
 
 }  // namespace optpipe

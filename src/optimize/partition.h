@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 #include "optimize/search.h"
 #include "optpipe/problem.h"
@@ -32,5 +33,17 @@ Repartitioned improve_partition(const Problem& p, const Schedule& s, const Score
 // microbatch's chain of every forward and input-gradient backward. For the span: the average
 // device's work and the heaviest item's.
 double partition_free_lower_bound(const Problem& p, Objective objective = Objective::kMakespan);
+
+// p's cut with each device's two stages' item counts swapped where its first (in model order)
+// holds more (V-shape and interleaved): the same load per device, the first chunks' activations
+// (which live longest) the lighter ones.
+std::vector<int> lighter_first(const Problem& p);
+
+// Cuts to start the families from on a V-shape or two-chunk interleaved placement, besides p's
+// own (none equal to it or to each other): lighter_first(p), and a cut near it whose every device
+// passes the bound's own test (the pair bound above) within 1% of the least makespan that test
+// finds possible. One-item moves seldom reach either from p's cut: on the way each move alone
+// makes the schedule slower.
+std::vector<std::vector<int>> bound_guided_cuts(const Problem& p);
 
 }  // namespace optpipe
