@@ -3,7 +3,9 @@
 // overflowing one. Every run here is bounded by evaluations, not by the clock.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
+#include <numeric>
 #include <random>
 
 #include "fixtures.h"
@@ -332,38 +334,49 @@ void every_cut(int items, int stages, std::vector<int>& counts, std::vector<std:
 
 }  // namespace
 
+namespace {
+
+// A problem of L > S random layers on 2 to 4 devices, placed by `placement`, cut into its stages
+// the first way every_cut lists, with every such cut in *cuts; budgets from a few activations to
+// what most of 1F1B keeps.
+Problem random_layered_problem(std::mt19937& rng, Placement placement, std::vector<std::vector<int>>* cuts) {
+  UniformSpec u;
+  u.num_devices = 2 + static_cast<int>(rng() % 3);
+  u.num_microbatches = 2 + static_cast<int>(rng() % 10);
+  u.t_comm_us = rng() % 2 ? 0 : rng() % 200;
+  u.placement = placement;
+  u.chunks_per_device = placement == Placement::kLinear ? 1 : 2;
+  Problem p = make_uniform_problem(u);
+  const int S = p.num_stages(), L = S + 1 + static_cast<int>(rng() % 4);
+  p.host_link = {1 + rng() % 40 * 1.0, 1 + rng() % 40 * 1.0, static_cast<double>(rng() % 20)};
+  p.layers.resize(L);
+  for (LayerSpec& l : p.layers) {
+    l.t_f_us = 100 + rng() % 900;
+    l.t_r_us = l.t_f_us * (rng() % 2 ? 1 : 0.5);
+    l.t_b_us = 100 + rng() % 1800;
+    l.t_w_us = 50 + rng() % 900;
+    l.act_f_bytes = (1 + static_cast<int64_t>(rng() % 8)) << 28;
+    l.act_w_bytes = -l.act_f_bytes / (1 + static_cast<int64_t>(rng() % 4));
+    l.act_input_bytes = l.act_f_bytes / 16;
+    l.static_bytes = (1 + static_cast<int64_t>(rng() % 4)) << 30;
+  }
+  for (DeviceSpec& d : p.devices)
+    d.mem_budget_bytes = (int64_t{6} << 30) + (static_cast<int64_t>(rng() % (4 * S)) << 28);
+  std::vector<int> counts;
+  every_cut(L, S, counts, cuts);
+  cut_layers(cuts->front(), &p);
+  return p;
+}
+
+}  // namespace
+
 TEST(Partition, TheFreeBoundIsBelowEveryPartitionsBound) {
   std::mt19937 rng(28);
   int memory_raised = 0, cuts_checked = 0;
   for (int trial = 0; trial < 60; trial++) {
-    UniformSpec u;
-    u.num_devices = 2 + static_cast<int>(rng() % 3);
-    u.num_microbatches = 2 + static_cast<int>(rng() % 10);
-    u.t_comm_us = rng() % 2 ? 0 : rng() % 200;
     const Placement placements[] = {Placement::kLinear, Placement::kVShape, Placement::kInterleaved};
-    u.placement = placements[trial % 3];
-    u.chunks_per_device = u.placement == Placement::kLinear ? 1 : 2;
-    Problem p = make_uniform_problem(u);
-    const int S = p.num_stages(), L = S + 1 + static_cast<int>(rng() % 4);
-    p.host_link = {1 + rng() % 40 * 1.0, 1 + rng() % 40 * 1.0, static_cast<double>(rng() % 20)};
-    p.layers.resize(L);
-    for (LayerSpec& l : p.layers) {
-      l.t_f_us = 100 + rng() % 900;
-      l.t_r_us = l.t_f_us * (rng() % 2 ? 1 : 0.5);
-      l.t_b_us = 100 + rng() % 1800;
-      l.t_w_us = 50 + rng() % 900;
-      l.act_f_bytes = (1 + static_cast<int64_t>(rng() % 8)) << 28;
-      l.act_w_bytes = -l.act_f_bytes / (1 + static_cast<int64_t>(rng() % 4));
-      l.act_input_bytes = l.act_f_bytes / 16;
-      l.static_bytes = (1 + static_cast<int64_t>(rng() % 4)) << 30;
-    }
-    // Budgets from a few activations to what most of 1F1B keeps.
-    for (DeviceSpec& d : p.devices)
-      d.mem_budget_bytes = (int64_t{6} << 30) + (static_cast<int64_t>(rng() % (4 * S)) << 28);
     std::vector<std::vector<int>> cuts;
-    std::vector<int> counts;
-    every_cut(L, S, counts, &cuts);
-    cut_layers(cuts.front(), &p);
+    Problem p = random_layered_problem(rng, placements[trial % 3], &cuts);
     const double free_bound = partition_free_lower_bound(p);
     double least = std::numeric_limits<double>::infinity();
     for (const std::vector<int>& cut : cuts) {
@@ -379,4 +392,46 @@ TEST(Partition, TheFreeBoundIsBelowEveryPartitionsBound) {
   }
   EXPECT_GT(cuts_checked, 1000);
   EXPECT_GT(memory_raised, 10);
+}
+
+// The cuts the families also start from: lighter_first keeps each device's load and puts the
+// fewer items on its first stage; the pair bound's cut has a bound of its own within 1% of the
+// least any cut has (as the pair bound prices it).
+TEST(Partition, TheBoundGuidedCutsAreNearTheBound) {
+  std::mt19937 rng(29);
+  int pair_cuts = 0, lighter_cuts = 0;
+  for (int trial = 0; trial < 60; trial++) {
+    std::vector<std::vector<int>> cuts;
+    Problem p = random_layered_problem(rng, trial % 2 ? Placement::kVShape : Placement::kInterleaved, &cuts);
+    p = with_partition(p, cuts[rng() % cuts.size()]).value;  // some own cut not lighter first
+    const int D = p.num_devices, S = p.num_stages(), L = static_cast<int>(p.layers.size());
+    double least = std::numeric_limits<double>::infinity();
+    for (const std::vector<int>& cut : cuts)
+      least = std::min(least, makespan_lower_bound(with_partition(p, cut).value));
+    const std::vector<int> own = items_per_stage(p), lighter = lighter_first(p);
+    for (int d = 0; d < D; d++) {
+      const int later = p.device_of(d + D) == d ? d + D : S - 1 - d;
+      EXPECT_EQ(lighter[d] + lighter[later], own[d] + own[later]) << "trial " << trial << " device " << d;
+      EXPECT_LE(lighter[d], lighter[later]) << "trial " << trial << " device " << d;
+    }
+    for (const std::vector<int>& cut : bound_guided_cuts(p)) {
+      ASSERT_EQ(static_cast<int>(cut.size()), S);
+      EXPECT_EQ(std::accumulate(cut.begin(), cut.end(), 0), L);
+      EXPECT_GE(*std::min_element(cut.begin(), cut.end()), 1);
+      EXPECT_NE(cut, own);
+      if (cut == lighter) {
+        lighter_cuts++;
+        continue;
+      }
+      pair_cuts++;
+      Result<Problem> q = with_partition(p, cut);
+      ASSERT_TRUE(q.ok()) << q.status.message;
+      // The pair bound prices a microbatch's last W as stage 0's least (its first item's): the
+      // cut's own bound may pass it by the rest of stage 0's W.
+      const double w_beyond_us = q.value.stages[0].t_w_us - p.layers[0].t_w_us;
+      EXPECT_LE(makespan_lower_bound(q.value), 1.01 * least * (1 + 1e-9) + w_beyond_us) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(pair_cuts, 10);
+  EXPECT_GT(lighter_cuts, 10);
 }
