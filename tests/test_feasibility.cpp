@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -372,7 +373,7 @@ Problem random_layered_problem(std::mt19937& rng, Placement placement, std::vect
 
 TEST(Partition, TheFreeBoundIsBelowEveryPartitionsBound) {
   std::mt19937 rng(28);
-  int memory_raised = 0, cuts_checked = 0;
+  int memory_raised = 0, cuts_checked = 0, stopped_lower = 0;
   for (int trial = 0; trial < 60; trial++) {
     const Placement placements[] = {Placement::kLinear, Placement::kVShape, Placement::kInterleaved};
     std::vector<std::vector<int>> cuts;
@@ -386,12 +387,17 @@ TEST(Partition, TheFreeBoundIsBelowEveryPartitionsBound) {
       cuts_checked++;
     }
     EXPECT_LE(free_bound, least * (1 + 1e-9)) << "trial " << trial;
+    // Stopped at once, the pair bounds give up what they had not proven: lower, never higher.
+    const double stopped = partition_free_lower_bound(p, Objective::kMakespan, std::chrono::steady_clock::time_point{});
+    EXPECT_LE(stopped, free_bound) << "trial " << trial;
+    stopped_lower += stopped < free_bound;
     Problem rich = p;
     for (DeviceSpec& d : rich.devices) d.mem_budget_bytes = int64_t{1} << 50;
     memory_raised += free_bound > partition_free_lower_bound(rich) * (1 + 1e-9);
   }
   EXPECT_GT(cuts_checked, 1000);
   EXPECT_GT(memory_raised, 10);
+  EXPECT_GT(stopped_lower, 0);
 }
 
 // The cuts the families also start from: lighter_first keeps each device's load and puts the

@@ -89,7 +89,8 @@ struct Placements {
 };
 
 Placements placements_of(const std::vector<Start>& starts, int num_searches, const NoiseSpec* robust,
-                         Objective objective, bool partition_free, std::vector<std::string>* names) {
+                         Objective objective, bool partition_free, Clock::time_point bounds_deadline,
+                         std::vector<std::string>* names) {
   Placements out;
   for (int k = 0; k < num_searches; k++) {
     const Problem& sp = starts[k].built.problem;
@@ -98,7 +99,7 @@ Placements placements_of(const std::vector<Start>& starts, int num_searches, con
     names->push_back(where);
     out.problems.push_back(&sp);
     // With the partition searched, only a bound that holds over every partition is valid.
-    out.bounds.push_back(partition_free && layers_match(sp) ? partition_free_lower_bound(sp, objective)
+    out.bounds.push_back(partition_free && layers_match(sp) ? partition_free_lower_bound(sp, objective, bounds_deadline)
                                                             : lower_bound_for(sp, /*fits_budget=*/true, objective));
   }
   if (robust)
@@ -318,7 +319,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     for (const auto& [placement, v] : {std::pair{Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
       Result<Problem> placed = rechunk(p, placement, v);
       if (!options.rules.allows_placement(placement, v) || !placed.ok()) continue;
-      for (const std::vector<int>& cut : bound_guided_cuts(placed.value)) {
+      for (const std::vector<int>& cut : bound_guided_cuts(placed.value, after(0.25))) {
         Result<Problem> cut_problem = with_partition(placed.value, cut);
         if (!cut_problem.ok() || Clock::now() > after(0.25)) continue;
         std::vector<FamilyRun> on_cut =
@@ -384,7 +385,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   const double search_share = exact_by_time ? 0.5 : lns ? kLnsFrom : kSearchShare;
   const double race_share = repartition ? search_share * kRaceShareBeforePartition / kSearchShare : search_share;
   Placements placements = placements_of(starts, num_searches, options.robust_sigma > 0 ? &robust : nullptr,
-                                        options.objective, repartition, &out.stats.placements_searched);
+                                        options.objective, repartition, after(0.5), &out.stats.placements_searched);
   const size_t ops = starts[0].built.schedule.num_ops();
   RaceSetup race{.starts = &starts,
                  .num_searches = num_searches,

@@ -192,7 +192,7 @@ class PairCheck {
   PairCheck(const Problem& p, const ItemSums& sums) : p_(p), sums_(sums) { dd_.num_microbatches = p.num_microbatches; }
 
   bool fits(int d, int s1, int a, int a2, int s2, int b, int b2, double T) {
-    checks_left--;
+    if (--checks_left % 1024 == 0 && std::chrono::steady_clock::now() > deadline) checks_left = 0;
     const int M = p_.num_microbatches;
     dd_.first_us = sums_.head_us(s1, a);
     dd_.work_us = M * (sums_.work_us(a, a2) + sums_.work_us(b, b2));
@@ -205,6 +205,7 @@ class PairCheck {
   }
 
   int64_t checks_left = kPairChecks;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();  // then out of checks
 
  private:
   const Problem& p_;
@@ -241,6 +242,13 @@ std::vector<int> lighter_first(const Problem& p) {
 }
 
 namespace {
+
+// What a pair bound is asked for beyond its bound: a time after which it stops (its bound then
+// the last makespan found impossible, and no cut), and a cut (none when null).
+struct PairRequest {
+  std::chrono::steady_clock::time_point deadline;
+  std::vector<int>* cut;
+};
 
 // The states (packed a·(L+1) + b) each device reached along the cuts, device by device, when a
 // pair bound's last test is recorded; and, walking back from the last device, the cut: at each
@@ -289,10 +297,11 @@ bool walk_back(const Levels& levels, int L, int start_state, const std::vector<s
 // outside in, state (d, a, b) = devices 0..d−1 hold items [0, a) and [b, L). A stage whose work
 // alone passes T ends the search along it, which keeps the states few. With `cut`, also a cut
 // that fits every device by the least T found possible (left empty when none is found).
-double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, double hi, std::vector<int>* cut) {
+double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, double hi, const PairRequest& want) {
   const int D = p.num_devices, L = static_cast<int>(p.layers.size()), M = p.num_microbatches, S = p.num_stages();
   if (p.placement != Placement::kVShape || L < S || !(hi > lo)) return 0;
   PairCheck check(p, sums);
+  check.deadline = want.deadline;
   std::vector<uint8_t> reach((L + 1) * (L + 1)), next(reach.size());
   Levels levels;  // recorded when not empty
   // 1: every device fits by T along some cut; 0: none does; -1: out of checks, unknown.
@@ -326,7 +335,7 @@ double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, doub
   };
   double possible_us;
   const double bound = bisect_pair_bound(lo, hi, feasible, &possible_us);
-  if (!cut) return bound;
+  if (!want.cut) return bound;
   levels.assign(D, {});
   check.checks_left = kPairChecks;
   possible_us *= 1 + kCutSlack;
@@ -350,7 +359,7 @@ double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, doub
         counts[d] = after / (L + 1) - before / (L + 1);
         counts[S - 1 - d] = before % (L + 1) - after % (L + 1);
       });
-  if (found) *cut = std::move(counts);
+  if (found) *want.cut = std::move(counts);
   return bound;
 }
 
@@ -358,10 +367,11 @@ double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, doub
 // device by device, state (a, b) = the first items of stages d and D+d, for each first item b0
 // of stage D, where stage D−1 must end; the least T is found as for the V-shape, and `cut` too,
 // at the b0 nearest the problem's own.
-double interleaved_pair_bound(const Problem& p, const ItemSums& sums, double lo, double hi, std::vector<int>* cut) {
+double interleaved_pair_bound(const Problem& p, const ItemSums& sums, double lo, double hi, const PairRequest& want) {
   const int D = p.num_devices, L = static_cast<int>(p.layers.size()), M = p.num_microbatches, S = p.num_stages();
   if (p.placement != Placement::kInterleaved || p.chunks_per_device != 2 || L < S || !(hi > lo)) return 0;
   PairCheck check(p, sums);
+  check.deadline = want.deadline;
   const std::vector<int> own = lighter_first(p);
   int own_b0 = 0;
   for (int s = 0; s < D; s++) own_b0 += own[s];
@@ -407,7 +417,7 @@ double interleaved_pair_bound(const Problem& p, const ItemSums& sums, double lo,
   };
   double possible_us;
   const double bound = bisect_pair_bound(lo, hi, feasible, &possible_us);
-  if (!cut) return bound;
+  if (!want.cut) return bound;
   levels.assign(D, {});
   check.checks_left = kPairChecks;
   possible_us *= 1 + kCutSlack;
@@ -430,7 +440,7 @@ double interleaved_pair_bound(const Problem& p, const ItemSums& sums, double lo,
         counts[d] = after / (L + 1) - before / (L + 1);
         counts[D + d] = after % (L + 1) - before % (L + 1);
       });
-  if (found) *cut = std::move(counts);
+  if (found) *want.cut = std::move(counts);
   return bound;
 }
 
@@ -489,9 +499,9 @@ double partition_load_bound(const Problem& p, const ItemSums& sums) {
 
 namespace {
 
-// partition_free_lower_bound, and with `cut` the pair bound's cut (V-shape, two interleaved
+// partition_free_lower_bound, and with want.cut the pair bound's cut (V-shape, two interleaved
 // chunks; else left empty).
-double free_bound(const Problem& p, Objective objective, std::vector<int>* cut) {
+double free_bound(const Problem& p, Objective objective, const PairRequest& want) {
   const int D = p.num_devices, M = p.num_microbatches, S = p.num_stages();
   double items_work = 0, items_chain = 0, heaviest = 0;
   for (const LayerSpec& l : p.layers) {
@@ -519,19 +529,22 @@ double free_bound(const Problem& p, Objective objective, std::vector<int>* cut) 
   const double bound =
       std::max({chain, average, M * heaviest, partition_load_bound(p, sums), partition_memory_bound(p, sums, own_us)});
   return std::max(
-      {bound, vshape_pair_bound(p, sums, bound, own_us, cut), interleaved_pair_bound(p, sums, bound, own_us, cut)});
+      {bound, vshape_pair_bound(p, sums, bound, own_us, want), interleaved_pair_bound(p, sums, bound, own_us, want)});
 }
 
 }  // namespace
 
-double partition_free_lower_bound(const Problem& p, Objective objective) { return free_bound(p, objective, nullptr); }
+double partition_free_lower_bound(const Problem& p, Objective objective,
+                                  std::chrono::steady_clock::time_point deadline) {
+  return free_bound(p, objective, {deadline, nullptr});
+}
 
-std::vector<std::vector<int>> bound_guided_cuts(const Problem& p) {
+std::vector<std::vector<int>> bound_guided_cuts(const Problem& p, std::chrono::steady_clock::time_point deadline) {
   std::vector<std::vector<int>> out;
   if (p.placement == Placement::kLinear || p.chunks_per_device != 2 || !layers_match(p)) return out;
   const std::vector<int> own = items_per_stage(p);
   std::vector<int> pair_cut;
-  (void)free_bound(p, Objective::kMakespan, &pair_cut);
+  (void)free_bound(p, Objective::kMakespan, {deadline, &pair_cut});
   for (const std::vector<int>& cut : {lighter_first(p), pair_cut})
     if (!cut.empty() && cut != own && std::find(out.begin(), out.end(), cut) == out.end()) out.push_back(cut);
   return out;

@@ -32,7 +32,11 @@ Repartitioned improve_partition(const Problem& p, const Schedule& s, const Score
 // item each), the earliest a device can start (one forward item per earlier stage), one
 // microbatch's chain of every forward and input-gradient backward. For the span: the average
 // device's work and the heaviest item's.
-double partition_free_lower_bound(const Problem& p, Objective objective = Objective::kMakespan);
+// Past `deadline` the pair bounds of the V-shape and interleaved placements (docs/optimizer.md)
+// stop where they are: a weaker bound, still valid.
+double partition_free_lower_bound(
+    const Problem& p, Objective objective = Objective::kMakespan,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 // p's cut with each device's two stages' item counts swapped where its first (in model order)
 // holds more (V-shape and interleaved): the same load per device, the first chunks' activations
@@ -41,9 +45,10 @@ std::vector<int> lighter_first(const Problem& p);
 
 // Cuts to start the families from on a V-shape or two-chunk interleaved placement, besides p's
 // own (none equal to it or to each other): lighter_first(p), and a cut near it whose every device
-// passes the bound's own test (the pair bound above) within 1% of the least makespan that test
-// finds possible. One-item moves seldom reach either from p's cut: on the way each move alone
-// makes the schedule slower.
-std::vector<std::vector<int>> bound_guided_cuts(const Problem& p);
+// passes the pair bound's own test within 1% of the least makespan that test finds possible.
+// One-item moves seldom reach either from p's cut: on the way each move alone makes the schedule
+// slower. Past `deadline` the pair bound's cut is left out.
+std::vector<std::vector<int>> bound_guided_cuts(
+    const Problem& p, std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 }  // namespace optpipe
