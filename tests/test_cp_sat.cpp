@@ -130,8 +130,9 @@ TEST(CpSat, DecidesOffloadsAndRecomputes) {
     ASSERT_TRUE(m.ok()) << m.status.message;
     MilpSolution milp =
         solve_milp(p, m.value, {.memory = true, .time_limit_s = 60, .recompute = true, .offload = true}, nullptr);
-    if (milp.status.ok() && milp.proven_optimal && s.proven_optimal)
+    if (milp.status.ok() && milp.proven_optimal && s.proven_optimal) {
       EXPECT_LE(s.bound_us, milp.objective_us + 1e-4) << "trial " << trial;
+    }
   }
   EXPECT_GT(offloads + recomputes, 0);  // the budget (1.5 activations) makes it choose some
 }

@@ -225,11 +225,13 @@ TEST(RuntimeMessages, BothEndsAgreeAndTheHostNeverWaitsForItself) {
         for (size_t k = 0; k < msgs.size(); k++) {
           if (msgs[k].send) continue;
           // Every send ahead of this receive must have its op before the op needing the receive.
-          for (size_t j = 0; j < k; j++)
-            if (msgs[j].send)
+          for (size_t j = 0; j < k; j++) {
+            if (msgs[j].send) {
               EXPECT_LT(position[op_id(p, msgs[j].local)], position[op_id(p, msgs[k].local)])
                   << f.name << " device " << d << ": " << op_name(msgs[k].local) << " needs a receive posted after "
                   << op_name(msgs[j].local) << "'s send";
+            }
+          }
         }
     }
     EXPECT_GT(messages, 0) << f.name;

@@ -20,8 +20,6 @@ using Clock = std::chrono::steady_clock;
 // 32 microbatches optimal was measured at 45 s); the heuristics carry such problems alone.
 constexpr size_t kMaxExactBinaries = 4000;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 // The models decide recomputes per microbatch: with whole-stage recompute they decide none (a
 // schedule without recomputes keeps to that rule too).
 bool per_microbatch_recompute(const ScheduleRules& rules) { return rules.recompute && !rules.whole_stage_recompute; }
@@ -182,7 +180,7 @@ double run_lns(const OptimizeOptions& options, const Problem& p, double bound_us
   // seen so far: kept out of the next one's limit, so that the rounds end by the deadline.
   double overhead_s = 0;
   for (int round = 0; round < 100000; round++) {
-    const double left = std::chrono::duration<double>(deadline - Clock::now()).count() - overhead_s;
+    const double left = seconds_until(deadline) - overhead_s;
     if (left < 0.05 || searched->best_score.objective_us <= std::max(bound_us, proven_us) * (1 + 1e-12)) break;
     const int devices = std::min(D, 2 + static_cast<int>(rng() % 2));
     const int microbatches = std::min(M, 4 + static_cast<int>(rng() % 5));
@@ -208,7 +206,7 @@ double run_lns(const OptimizeOptions& options, const Problem& p, double bound_us
                                          .hint = &searched->best,
                                          .keep = whole ? nullptr : &keep});
     stats->exact_solves++;
-    overhead_s = std::max(overhead_s, std::chrono::duration<double>(Clock::now() - solve_start).count() - limit_s);
+    overhead_s = std::max(overhead_s, seconds_since(solve_start) - limit_s);
     stats->exact_models = "CP-SAT";
     if (whole && covers_rules && sol.bound_holds && sol.status.code != StatusCode::kInfeasible)
       proven_us = sol.bound_us;

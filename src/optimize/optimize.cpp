@@ -45,11 +45,6 @@ constexpr double kTidyUntil = 0.97;
 constexpr double kPruneUntil = 0.99;
 constexpr double kEndSimulations = 8;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-Clock::time_point seconds_after(Clock::time_point t0, double seconds) {
-  return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
 Status check_options(const OptimizeOptions& options, const NoiseSpec& robust) {
   if (options.threads < 1 || options.threads > 256 || !(options.time_limit_s > 0) || options.max_evaluations < 0)
     return Status::Invalid("optimize: threads must be in [1, 256], time limit > 0, evaluations ≥ 0");

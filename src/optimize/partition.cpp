@@ -458,10 +458,12 @@ double partition_load_bound(const Problem& p, const ItemSums& sums) {
   auto work = [&](int k) { return M * (p.layers[k].t_f_us + p.layers[k].t_b_us + p.layers[k].t_w_us); };
   std::vector<double> pinned_us(D, 0), first_us(D, -1), rest;
   std::vector<int> pinned_items(D, 0);
-  pinned_us[p.device_of(0)] += work(0);
-  pinned_us[p.device_of(S - 1)] += work(L - 1);
-  pinned_items[p.device_of(0)]++;
-  pinned_items[p.device_of(S - 1)]++;
+  const int first_device = p.device_of(0), last_device = p.device_of(S - 1);
+  if (first_device < 0 || last_device < 0) return 0;  // no placement (check_problem refuses it)
+  pinned_us[first_device] += work(0);
+  pinned_us[last_device] += work(L - 1);
+  pinned_items[first_device]++;
+  pinned_items[last_device]++;
   double rest_us = 0;
   for (int k = 1; k + 1 < L; k++) {
     rest.push_back(work(k));

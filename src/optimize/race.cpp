@@ -80,8 +80,7 @@ SearchResult run_races(const RaceSetup& setup, int k, SearchShared& shared, int*
 RaceOutcome race_searches(const RaceSetup& setup) {
   const int threads = setup.threads;
   SearchShared shared;
-  shared.deadline =
-      setup.t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(setup.stop_after_s));
+  shared.deadline = seconds_after(setup.t0, setup.stop_after_s);
   std::atomic<int> finished{0};
   std::vector<SearchResult> results(threads);
   std::vector<int> result_start(threads, 0);
@@ -101,7 +100,7 @@ RaceOutcome race_searches(const RaceSetup& setup) {
   double last_progress = -1;
   while (finished.load() < threads) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    const double elapsed = std::chrono::duration<double>(Clock::now() - setup.t0).count();
+    const double elapsed = seconds_since(setup.t0);
     if (elapsed > setup.stop_after_s && !shared.stop) {
       shared.stop = true;
       out.stopped_by_time = true;

@@ -54,6 +54,16 @@ struct [[nodiscard]] SearchResult {
   int64_t improvements = 0;
 };
 
+// Seconds from t0 until now, from now until t, and the time `seconds` after t0: the optimizer's
+// limits are in seconds, its clock steady.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+inline double seconds_until(std::chrono::steady_clock::time_point t) { return -seconds_since(t); }
+inline std::chrono::steady_clock::time_point seconds_after(std::chrono::steady_clock::time_point t0, double seconds) {
+  return t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 // What a running search shares with whoever watches it. It stops when `stop` is set or at
 // `deadline`, whichever comes first.
 struct SearchShared {
