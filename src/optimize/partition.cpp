@@ -251,45 +251,49 @@ struct PairRequest {
 };
 
 // The states (packed a·(L+1) + b) each device reached along the cuts, device by device, when a
-// pair bound's last test is recorded; and, walking back from the last device, the cut: at each
-// device the state before it nearest `near` (the boundaries of the problem's own cut after each
-// device) among those from which that device fits by T, handed to `assign`. False when a device
-// finds none.
+// pair bound's last test is recorded.
 using Levels = std::vector<std::vector<int>>;
 
-bool walk_back(const Levels& levels, int L, int start_state, const std::vector<std::pair<int, int>>& near,
-               const std::function<bool(int d, int before, int after)>& fits,
-               const std::function<void(int d, int before, int after)>& assign) {
-  auto distance = [&](int d, int state) {
-    return std::abs(state / (L + 1) - near[d].first) + std::abs(state % (L + 1) - near[d].second);
+// Walking back from the last device: at each, the state before it nearest lighter_first(p)'s
+// (its boundaries after that device) among those from which the device fits by T. Items per
+// stage; empty when a device finds none. A V-shape's device d holds [a, a2) and [b2, b) (the
+// outer devices take its second stages from the end), an interleaved one's [a, a2) and [b, b2).
+std::vector<int> walk_back(const Problem& p, PairCheck& check, double T, const Levels& levels, int start_state) {
+  const int D = p.num_devices, S = p.num_stages(), L = static_cast<int>(p.layers.size());
+  const bool vshape = p.placement == Placement::kVShape;
+  auto second_stage = [&](int d) { return vshape ? S - 1 - d : D + d; };
+  std::vector<int> before_stage(S + 1, 0);  // lighter_first(p)'s first item of each stage
+  const std::vector<int> own = lighter_first(p);
+  for (int k = 0; k < S; k++) before_stage[k + 1] = before_stage[k] + own[k];
+  auto distance = [&](int d, int state) {  // to lighter_first(p)'s state after device d
+    const int b_own = vshape ? before_stage[S - 1 - d] : before_stage[D + d + 1];
+    return std::abs(state / (L + 1) - before_stage[d + 1]) + std::abs(state % (L + 1) - b_own);
   };
-  const int D = static_cast<int>(levels.size());
-  std::vector<int> order;
+  std::vector<int> counts(S, 0), order;
+  // Whether device d fits by T between the two states; if so, its two stages' counts.
+  auto take = [&](int d, int before, int after) {
+    const int a = before / (L + 1), b = before % (L + 1), a2 = after / (L + 1), b2 = after % (L + 1);
+    const int lo = vshape ? b2 : b, hi = vshape ? b : b2;
+    if (!(a < a2 && lo < hi) || !check.fits(d, d, a, a2, second_stage(d), lo, hi, T)) return false;
+    counts[d] = a2 - a;
+    counts[second_stage(d)] = hi - lo;
+    return true;
+  };
   auto nearest_first = [&](int d, const std::vector<int>& states) {
     order = states;
     std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return distance(d, x) < distance(d, y); });
   };
-  if (levels[D - 1].empty()) return false;
+  if (levels[D - 1].empty()) return {};
   nearest_first(D - 1, levels[D - 1]);
   int state = order[0];
-  for (int d = D - 1; d >= 0; d--) {
-    if (d == 0) {
-      if (!fits(0, start_state, state)) return false;
-      assign(0, start_state, state);
-      break;
-    }
+  for (int d = D - 1; d > 0; d--) {
     nearest_first(d - 1, levels[d - 1]);
-    int before = -1;
-    for (int x : order)
-      if (fits(d, x, state)) {
-        before = x;
-        break;
-      }
-    if (before < 0) return false;
-    assign(d, before, state);
-    state = before;
+    const auto before = std::find_if(order.begin(), order.end(), [&](int x) { return take(d, x, state); });
+    if (before == order.end()) return {};
+    state = *before;
   }
-  return true;
+  if (!take(0, start_state, state)) return {};
+  return counts;
 }
 
 // A V-shape's device d holds stages d and 2D−1−d, nested: the outer devices take items from
@@ -339,34 +343,14 @@ double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, doub
   levels.assign(D, {});
   check.checks_left = kPairChecks;
   possible_us *= 1 + kCutSlack;
-  if (feasible(possible_us) != 1) return bound;
-  const std::vector<int> own = lighter_first(p);
-  std::vector<std::pair<int, int>> near(D);
-  for (int d = 0, a2 = 0, b2 = L; d < D; d++) {  // after device d: its first stage's end, its second's start
-    a2 += own[d];
-    b2 -= own[S - 1 - d];
-    near[d] = {a2, b2};
-  }
-  std::vector<int> counts(S, 0);
-  const bool found = walk_back(
-      levels, L, L, near,
-      [&](int d, int before, int after) {
-        const int a = before / (L + 1), b = before % (L + 1);
-        const int a2 = after / (L + 1), b2 = after % (L + 1);
-        return a < a2 && b2 < b && check.fits(d, d, a, a2, S - 1 - d, b2, b, possible_us);
-      },
-      [&](int d, int before, int after) {
-        counts[d] = after / (L + 1) - before / (L + 1);
-        counts[S - 1 - d] = before % (L + 1) - after % (L + 1);
-      });
-  if (found) *want.cut = std::move(counts);
+  if (feasible(possible_us) == 1) *want.cut = walk_back(p, check, possible_us, levels, 0 * (L + 1) + L);
   return bound;
 }
 
 // An interleaved placement of two chunks: device d holds stages d and D+d. The cuts follow
 // device by device, state (a, b) = the first items of stages d and D+d, for each first item b0
 // of stage D, where stage D−1 must end; the least T is found as for the V-shape, and `cut` too,
-// at the b0 nearest the problem's own.
+// at the b0 nearest lighter_first(p)'s.
 double interleaved_pair_bound(const Problem& p, const ItemSums& sums, double lo, double hi, const PairRequest& want) {
   const int D = p.num_devices, L = static_cast<int>(p.layers.size()), M = p.num_microbatches, S = p.num_stages();
   if (p.placement != Placement::kInterleaved || p.chunks_per_device != 2 || L < S || !(hi > lo)) return 0;
@@ -421,26 +405,7 @@ double interleaved_pair_bound(const Problem& p, const ItemSums& sums, double lo,
   levels.assign(D, {});
   check.checks_left = kPairChecks;
   possible_us *= 1 + kCutSlack;
-  if (feasible(possible_us) != 1) return bound;
-  std::vector<std::pair<int, int>> near(D);
-  for (int d = 0, a2 = 0, b2 = own_b0; d < D; d++) {  // after device d: its stages' ends
-    a2 += own[d];
-    b2 += own[D + d];
-    near[d] = {a2, b2};
-  }
-  std::vector<int> counts(S, 0);
-  const bool found = walk_back(
-      levels, L, found_b0, near,
-      [&](int d, int before, int after) {
-        const int a = before / (L + 1), b = before % (L + 1);
-        const int a2 = after / (L + 1), b2 = after % (L + 1);
-        return a < a2 && b < b2 && check.fits(d, d, a, a2, D + d, b, b2, possible_us);
-      },
-      [&](int d, int before, int after) {
-        counts[d] = after / (L + 1) - before / (L + 1);
-        counts[D + d] = after % (L + 1) - before % (L + 1);
-      });
-  if (found) *want.cut = std::move(counts);
+  if (feasible(possible_us) == 1) *want.cut = walk_back(p, check, possible_us, levels, 0 * (L + 1) + found_b0);
   return bound;
 }
 
