@@ -296,6 +296,21 @@ std::vector<int> walk_back(const Problem& p, PairCheck& check, double T, const L
   return counts;
 }
 
+// The least T for which feasible(T), by bisection; with want.cut also the cut walked back from
+// one more test 1% above the least T found possible, its states recorded into `levels` (the
+// state before device 0 from start_state(), known once that test has passed).
+double pair_bound(const Problem& p, PairCheck& check, double lo, double hi, const std::function<int(double)>& feasible,
+                  Levels* levels, const std::function<int()>& start_state, const PairRequest& want) {
+  double possible_us;
+  const double bound = bisect_pair_bound(lo, hi, feasible, &possible_us);
+  if (!want.cut) return bound;
+  levels->assign(p.num_devices, {});
+  check.checks_left = kPairChecks;
+  possible_us *= 1 + kCutSlack;
+  if (feasible(possible_us) == 1) *want.cut = walk_back(p, check, possible_us, *levels, start_state());
+  return bound;
+}
+
 // A V-shape's device d holds stages d and 2D−1−d, nested: the outer devices take items from
 // both ends. So at a makespan T, which cuts let every device's bound stay within T follows from
 // outside in, state (d, a, b) = devices 0..d−1 hold items [0, a) and [b, L). A stage whose work
@@ -337,14 +352,8 @@ double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, doub
     }
     return 1;
   };
-  double possible_us;
-  const double bound = bisect_pair_bound(lo, hi, feasible, &possible_us);
-  if (!want.cut) return bound;
-  levels.assign(D, {});
-  check.checks_left = kPairChecks;
-  possible_us *= 1 + kCutSlack;
-  if (feasible(possible_us) == 1) *want.cut = walk_back(p, check, possible_us, levels, 0 * (L + 1) + L);
-  return bound;
+  return pair_bound(
+      p, check, lo, hi, feasible, &levels, [&] { return 0 * (L + 1) + L; }, want);
 }
 
 // An interleaved placement of two chunks: device d holds stages d and D+d. The cuts follow
@@ -399,14 +408,8 @@ double interleaved_pair_bound(const Problem& p, const ItemSums& sums, double lo,
     }
     return 0;
   };
-  double possible_us;
-  const double bound = bisect_pair_bound(lo, hi, feasible, &possible_us);
-  if (!want.cut) return bound;
-  levels.assign(D, {});
-  check.checks_left = kPairChecks;
-  possible_us *= 1 + kCutSlack;
-  if (feasible(possible_us) == 1) *want.cut = walk_back(p, check, possible_us, levels, 0 * (L + 1) + found_b0);
-  return bound;
+  return pair_bound(
+      p, check, lo, hi, feasible, &levels, [&] { return 0 * (L + 1) + found_b0; }, want);
 }
 
 // The least busiest device over every partition, contiguity relaxed: the first item always sits
