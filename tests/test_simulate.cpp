@@ -239,11 +239,15 @@ TEST(Simulate, RejectsOpsTwiceOrElsewhere) {
   Problem p = tiny(2, 1);
   Schedule s = schedule_for(p);
   s.devices[0].compute = {op(OpKind::kF, 0, 0), op(OpKind::kF, 0, 0)};
-  EXPECT_FALSE(simulate(p, s).ok());
-  s.devices[0].compute = {op(OpKind::kF, 1, 0)};
   SimResult r = simulate(p, s);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status.message.find("F0 s0 appears twice"), std::string::npos) << r.status.message;
+  s.devices[0].compute = {op(OpKind::kF, 1, 0)};
+  r = simulate(p, s);
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.status.message.find("belongs to device 1"), std::string::npos) << r.status.message;
   s.devices[0].compute = {op(OpKind::kF, 0, 7)};
-  EXPECT_FALSE(simulate(p, s).ok());
+  r = simulate(p, s);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status.message.find("device 0 compute: F7 s0 is not a valid op"), std::string::npos) << r.status.message;
 }

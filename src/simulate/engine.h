@@ -55,7 +55,8 @@ class Sim {
 
  private:
   Status build();
-  Status add_op(int d, const Op& op, OpKind want, const char* list);
+  bool add_op(int d, const Op& op, OpKind want, const char* list);  // false: the reason in error_
+  void bad_op(int d, const Op& op, OpKind want, const char* list);
   Status add_reload(int d, const ReloadEntry& r);
   // Per stage and kind, looked up on the hot path: duration, and the bytes an op allocates at
   // its start and frees at its end (for F, [2] is the end when the stage's R follows).
@@ -98,6 +99,7 @@ class Sim {
     return present_[b] ? b : id(OpKind::kBW, stage, mb);
   }
 
+  Status error_;
   const Problem* p_ = nullptr;
   const Schedule* s_ = nullptr;
   const std::vector<double>* factors_ = nullptr;

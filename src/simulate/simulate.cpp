@@ -72,10 +72,10 @@ Status Sim::build() {
       Status st;
       if (k == 0) {
         for (const Op& op : ds.compute)
-          if (!(st = add_op(d, op, OpKind::kF, "compute")).ok()) return st;
+          if (!add_op(d, op, OpKind::kF, "compute")) return error_;
       } else if (k == 1) {
         for (const Op& op : ds.offloads)
-          if (!(st = add_op(d, op, OpKind::kOffload, "offloads")).ok()) return st;
+          if (!add_op(d, op, OpKind::kOffload, "offloads")) return error_;
       } else {
         for (const ReloadEntry& r : ds.reloads)
           if (!(st = add_reload(d, r)).ok()) return st;
@@ -87,27 +87,38 @@ Status Sim::build() {
   return Status::Ok();
 }
 
-Status Sim::add_op(int d, const Op& op, OpKind want, const char* list) {
-  bool kind_ok = want == OpKind::kF ? is_compute(op.kind) : op.kind == want;
-  if (!kind_ok || op.stage < 0 || op.stage >= S_ || op.microbatch < 0 || op.microbatch >= M_)
-    return Status::Invalid("device " + std::to_string(d) + " " + list + ": " + op_name(op) +
-                           " is not a valid op for this list and problem");
-  if (stage_device_[op.stage] != d)
-    return Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " belongs to device " +
-                           std::to_string(stage_device_[op.stage]));
-  int i = op_id(S_, M_, op);
-  if (present_[i]) return Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " appears twice");
+// Once per op: the checks, then the bookkeeping; the message is made out of line.
+bool Sim::add_op(int d, const Op& op, OpKind want, const char* list) {
+  const bool kind_ok = want == OpKind::kF ? is_compute(op.kind) : op.kind == want;
+  if (!kind_ok || op.stage < 0 || op.stage >= S_ || op.microbatch < 0 || op.microbatch >= M_ ||
+      stage_device_[op.stage] != d || present_[op_id(S_, M_, op)]) {
+    bad_op(d, op, want, list);
+    return false;
+  }
+  const int i = op_id(S_, M_, op);
   present_[i] = 1;
   queue_ops_.push_back(i);
   queue_op_.push_back(op);
   queue_dur_.push_back(factors_ ? stage_duration(op) * (*factors_)[i] : stage_duration(op));
-  return Status::Ok();
+  return true;
+}
+
+void Sim::bad_op(int d, const Op& op, OpKind want, const char* list) {
+  const bool kind_ok = want == OpKind::kF ? is_compute(op.kind) : op.kind == want;
+  if (!kind_ok || op.stage < 0 || op.stage >= S_ || op.microbatch < 0 || op.microbatch >= M_)
+    error_ = Status::Invalid("device " + std::to_string(d) + " " + list + ": " + op_name(op) +
+                             " is not a valid op for this list and problem");
+  else if (stage_device_[op.stage] != d)
+    error_ = Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " belongs to device " +
+                             std::to_string(stage_device_[op.stage]));
+  else
+    error_ = Status::Invalid("device " + std::to_string(d) + ": " + op_name(op) + " appears twice");
 }
 
 // A reload, its anchor and the ops it waits for, each checked to be a compute op (or for `after`,
 // an offload) of device d.
 Status Sim::add_reload(int d, const ReloadEntry& r) {
-  if (Status st = add_op(d, r.reload, OpKind::kReload, "reloads"); !st.ok()) return st;
+  if (!add_op(d, r.reload, OpKind::kReload, "reloads")) return error_;
   const Op& a = r.anchor;
   if (!is_compute(a.kind) || a.stage < 0 || a.stage >= S_ || a.microbatch < 0 || a.microbatch >= M_)
     return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) + " has an invalid anchor " +
