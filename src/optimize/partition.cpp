@@ -314,8 +314,8 @@ double pair_bound(const Problem& p, PairCheck& check, double lo, double hi, cons
 // A V-shape's device d holds stages d and 2D−1−d, nested: the outer devices take items from
 // both ends. So at a makespan T, which cuts let every device's bound stay within T follows from
 // outside in, state (d, a, b) = devices 0..d−1 hold items [0, a) and [b, L). A stage whose work
-// alone passes T ends the search along it, which keeps the states few. With `cut`, also a cut
-// that fits every device by the least T found possible (left empty when none is found).
+// alone passes T ends the search along it, which keeps the states few. With want.cut, also a
+// cut (pair_bound).
 double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, double hi, const PairRequest& want) {
   const int D = p.num_devices, L = static_cast<int>(p.layers.size()), M = p.num_microbatches, S = p.num_stages();
   if (p.placement != Placement::kVShape || L < S || !(hi > lo)) return 0;
@@ -353,12 +353,12 @@ double vshape_pair_bound(const Problem& p, const ItemSums& sums, double lo, doub
     return 1;
   };
   return pair_bound(
-      p, check, lo, hi, feasible, &levels, [&] { return 0 * (L + 1) + L; }, want);
+      p, check, lo, hi, feasible, &levels, [&] { return L; }, want);  // before device 0: (a, b) = (0, L)
 }
 
 // An interleaved placement of two chunks: device d holds stages d and D+d. The cuts follow
 // device by device, state (a, b) = the first items of stages d and D+d, for each first item b0
-// of stage D, where stage D−1 must end; the least T is found as for the V-shape, and `cut` too,
+// of stage D, where stage D−1 must end; the least T is found as for the V-shape, and the cut too,
 // at the b0 nearest lighter_first(p)'s.
 double interleaved_pair_bound(const Problem& p, const ItemSums& sums, double lo, double hi, const PairRequest& want) {
   const int D = p.num_devices, L = static_cast<int>(p.layers.size()), M = p.num_microbatches, S = p.num_stages();
@@ -409,7 +409,7 @@ double interleaved_pair_bound(const Problem& p, const ItemSums& sums, double lo,
     return 0;
   };
   return pair_bound(
-      p, check, lo, hi, feasible, &levels, [&] { return 0 * (L + 1) + found_b0; }, want);
+      p, check, lo, hi, feasible, &levels, [&] { return found_b0; }, want);  // before device 0: (0, b0)
 }
 
 // The least busiest device over every partition, contiguity relaxed: the first item always sits
