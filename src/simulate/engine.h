@@ -57,6 +57,11 @@ class Sim {
   Status build();
   bool add_op(int d, const Op& op, OpKind want, const char* list);  // false: the reason in error_
   void bad_op(int d, const Op& op, OpKind want, const char* list);
+  // The kind the list takes (want kF: any compute op), its stage and microbatch in range.
+  bool fits_list(const Op& op, OpKind want) const {
+    return (want == OpKind::kF ? is_compute(op.kind) : op.kind == want) && op.stage >= 0 && op.stage < S_ &&
+           op.microbatch >= 0 && op.microbatch < M_;
+  }
   Status add_reload(int d, const ReloadEntry& r);
   // Per stage and kind, looked up on the hot path: duration, and the bytes an op allocates at
   // its start and frees at its end (for F, [2] is the end when the stage's R follows).

@@ -89,9 +89,7 @@ Status Sim::build() {
 
 // Once per op: the checks, then the bookkeeping; the message is made out of line.
 bool Sim::add_op(int d, const Op& op, OpKind want, const char* list) {
-  const bool kind_ok = want == OpKind::kF ? is_compute(op.kind) : op.kind == want;
-  if (!kind_ok || op.stage < 0 || op.stage >= S_ || op.microbatch < 0 || op.microbatch >= M_ ||
-      stage_device_[op.stage] != d || present_[op_id(S_, M_, op)]) {
+  if (!fits_list(op, want) || stage_device_[op.stage] != d || present_[op_id(S_, M_, op)]) {
     bad_op(d, op, want, list);
     return false;
   }
@@ -104,8 +102,7 @@ bool Sim::add_op(int d, const Op& op, OpKind want, const char* list) {
 }
 
 void Sim::bad_op(int d, const Op& op, OpKind want, const char* list) {
-  const bool kind_ok = want == OpKind::kF ? is_compute(op.kind) : op.kind == want;
-  if (!kind_ok || op.stage < 0 || op.stage >= S_ || op.microbatch < 0 || op.microbatch >= M_)
+  if (!fits_list(op, want))
     error_ = Status::Invalid("device " + std::to_string(d) + " " + list + ": " + op_name(op) +
                              " is not a valid op for this list and problem");
   else if (stage_device_[op.stage] != d)
