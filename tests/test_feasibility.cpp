@@ -420,7 +420,10 @@ TEST(Partition, TheBoundGuidedCutsAreNearTheBound) {
       EXPECT_EQ(lighter[d] + lighter[later], own[d] + own[later]) << "trial " << trial << " device " << d;
       EXPECT_LE(lighter[d], lighter[later]) << "trial " << trial << " device " << d;
     }
-    for (const std::vector<int>& cut : bound_guided_cuts(p)) {
+    const BoundGuidedCuts guided = bound_guided_cuts(p);
+    EXPECT_TRUE(guided.free_bound_complete);
+    EXPECT_EQ(guided.free_bound_us, partition_free_lower_bound(p)) << "trial " << trial;
+    for (const std::vector<int>& cut : guided.cuts) {
       ASSERT_EQ(static_cast<int>(cut.size()), S);
       EXPECT_EQ(std::accumulate(cut.begin(), cut.end(), 0), L);
       EXPECT_GE(*std::min_element(cut.begin(), cut.end()), 1);

@@ -83,9 +83,16 @@ struct Placements {
   }
 };
 
+// A bound over every partition of one placement's layers, computed before the starts.
+struct FreeBound {
+  Placement placement;
+  int chunks_per_device;
+  double bound_us;
+};
+
 Placements placements_of(const std::vector<Start>& starts, int num_searches, const NoiseSpec* robust,
-                         Objective objective, bool partition_free, Clock::time_point bounds_deadline,
-                         std::vector<std::string>* names) {
+                         Objective objective, bool partition_free, const std::vector<FreeBound>& free_bounds,
+                         Clock::time_point bounds_deadline, std::vector<std::string>* names) {
   Placements out;
   for (int k = 0; k < num_searches; k++) {
     const Problem& sp = starts[k].built.problem;
@@ -94,8 +101,16 @@ Placements placements_of(const std::vector<Start>& starts, int num_searches, con
     names->push_back(where);
     out.problems.push_back(&sp);
     // With the partition searched, only a bound that holds over every partition is valid.
-    out.bounds.push_back(partition_free && layers_match(sp) ? partition_free_lower_bound(sp, objective, bounds_deadline)
-                                                            : lower_bound_for(sp, /*fits_budget=*/true, objective));
+    if (!partition_free || !layers_match(sp)) {
+      out.bounds.push_back(lower_bound_for(sp, /*fits_budget=*/true, objective));
+      continue;
+    }
+    const auto known = std::find_if(free_bounds.begin(), free_bounds.end(), [&](const FreeBound& b) {
+      return b.placement == sp.placement && b.chunks_per_device == sp.chunks_per_device;
+    });
+    out.bounds.push_back(known != free_bounds.end() && objective == Objective::kMakespan
+                             ? known->bound_us
+                             : partition_free_lower_bound(sp, objective, bounds_deadline));
   }
   if (robust)
     for (const Problem* sp : out.problems) {
@@ -310,11 +325,15 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   }
   // ... and on the cuts the bound over every partition points to for the V-shape and two
   // interleaved chunks (bound_guided_cuts).
+  // The bound over every partition they compute on the way is kept for the search's placements.
+  std::vector<FreeBound> free_bounds;
   if (partition_free && Clock::now() < after(0.25)) {
     for (const auto& [placement, v] : {std::pair{Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
       Result<Problem> placed = rechunk(p, placement, v);
       if (!options.rules.allows_placement(placement, v) || !placed.ok()) continue;
-      for (const std::vector<int>& cut : bound_guided_cuts(placed.value, after(0.25))) {
+      const BoundGuidedCuts guided = bound_guided_cuts(placed.value, after(0.25));
+      if (guided.free_bound_complete) free_bounds.push_back({placement, v, guided.free_bound_us});
+      for (const std::vector<int>& cut : guided.cuts) {
         Result<Problem> cut_problem = with_partition(placed.value, cut);
         if (!cut_problem.ok() || Clock::now() > after(0.25)) continue;
         std::vector<FamilyRun> on_cut =
@@ -379,8 +398,9 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   const bool lns = by_time && !options.exact && lns_applies(starts[0].built.problem, options);
   const double search_share = exact_by_time ? 0.5 : lns ? kLnsFrom : kSearchShare;
   const double race_share = repartition ? search_share * kRaceShareBeforePartition / kSearchShare : search_share;
-  Placements placements = placements_of(starts, num_searches, options.robust_sigma > 0 ? &robust : nullptr,
-                                        options.objective, repartition, after(0.5), &out.stats.placements_searched);
+  Placements placements =
+      placements_of(starts, num_searches, options.robust_sigma > 0 ? &robust : nullptr, options.objective, repartition,
+                    free_bounds, after(0.5), &out.stats.placements_searched);
   const size_t ops = starts[0].built.schedule.num_ops();
   RaceSetup race{.starts = &starts,
                  .num_searches = num_searches,

@@ -509,14 +509,16 @@ double partition_free_lower_bound(const Problem& p, Objective objective,
   return free_bound(p, objective, {deadline, nullptr});
 }
 
-std::vector<std::vector<int>> bound_guided_cuts(const Problem& p, std::chrono::steady_clock::time_point deadline) {
-  std::vector<std::vector<int>> out;
+BoundGuidedCuts bound_guided_cuts(const Problem& p, std::chrono::steady_clock::time_point deadline) {
+  BoundGuidedCuts out;
   if (p.placement == Placement::kLinear || p.chunks_per_device != 2 || !layers_match(p)) return out;
   const std::vector<int> own = items_per_stage(p);
   std::vector<int> pair_cut;
-  (void)free_bound(p, Objective::kMakespan, {deadline, &pair_cut});
+  out.free_bound_us = free_bound(p, Objective::kMakespan, {deadline, &pair_cut});
+  out.free_bound_complete = std::chrono::steady_clock::now() <= deadline;
   for (const std::vector<int>& cut : {lighter_first(p), pair_cut})
-    if (!cut.empty() && cut != own && std::find(out.begin(), out.end(), cut) == out.end()) out.push_back(cut);
+    if (!cut.empty() && cut != own && std::find(out.cuts.begin(), out.cuts.end(), cut) == out.cuts.end())
+      out.cuts.push_back(cut);
   return out;
 }
 

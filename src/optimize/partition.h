@@ -47,8 +47,14 @@ std::vector<int> lighter_first(const Problem& p);
 // own (none equal to it or to each other): lighter_first(p), and a cut near it whose every device
 // passes the pair bound's own test within 1% of the least makespan that test finds possible.
 // One-item moves seldom reach either from p's cut: on the way each move alone makes the schedule
-// slower. Past `deadline` the pair bound's cut is left out.
-std::vector<std::vector<int>> bound_guided_cuts(
+// slower. Past `deadline` the pair bound's cut is left out. The bound over every partition comes
+// with them (computed on the way), complete when the deadline had not passed by then.
+struct BoundGuidedCuts {
+  std::vector<std::vector<int>> cuts;
+  double free_bound_us = 0;  // partition_free_lower_bound(p); 0 when p's placement has none
+  bool free_bound_complete = false;
+};
+BoundGuidedCuts bound_guided_cuts(
     const Problem& p, std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 }  // namespace optpipe
