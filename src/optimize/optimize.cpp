@@ -298,6 +298,9 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // their practitioner tunings, dearer, are started within 40% of the limit or not at all. The
   // greedy starts take at most a quarter of it, the repairs what is left of the first half.
   auto after = [&](double share) { return seconds_after(t0, options.time_limit_s * share); };
+  // The starts beyond the families (on other cuts, greedy) end by a quarter of the limit, the
+  // repairs, the partition moves and the bounds over every partition by half.
+  const Clock::time_point starts_until = after(0.25), repairs_until = after(0.5);
   std::vector<FamilyRun> runs =
       run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250),
                    options.rules.chunks_per_device, after(kTuningsShareOfLimit));
@@ -309,11 +312,11 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // (PartitionRule::kDevices) rather than each stage's: starts, not baselines, so left out when
   // the families took the first quarter of the limit.
   if (!options.rules.fixed_partition && layers_match(p) && p.partition == PartitionRule::kBalanced &&
-      Clock::now() < after(0.25)) {
+      Clock::now() < starts_until) {
     Problem level = p;
     level.partition = PartitionRule::kDevices;
     std::vector<FamilyRun> leveled =
-        run_families(level, {.op_times = false, .any_timing = false}, after(0.25), options.rules.chunks_per_device);
+        run_families(level, {.op_times = false, .any_timing = false}, starts_until, options.rules.chunks_per_device);
     rule_out(options.rules, &leveled);
     for (FamilyRun& run : leveled)
       if (run.status.ok() &&
@@ -327,17 +330,17 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // interleaved chunks (bound_guided_cuts).
   // The bound over every partition they compute on the way is kept for the search's placements.
   std::vector<FreeBound> free_bounds;
-  if (partition_free && Clock::now() < after(0.25)) {
+  if (partition_free && Clock::now() < starts_until) {
     for (const auto& [placement, v] : {std::pair{Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
       Result<Problem> placed = rechunk(p, placement, v);
       if (!options.rules.allows_placement(placement, v) || !placed.ok()) continue;
-      const BoundGuidedCuts guided = bound_guided_cuts(placed.value, after(0.25));
+      const BoundGuidedCuts guided = bound_guided_cuts(placed.value, starts_until);
       if (guided.free_bound_complete) free_bounds.push_back({placement, v, guided.free_bound_us});
       for (const std::vector<int>& cut : guided.cuts) {
         Result<Problem> cut_problem = with_partition(placed.value, cut);
-        if (!cut_problem.ok() || Clock::now() > after(0.25)) continue;
+        if (!cut_problem.ok() || Clock::now() > starts_until) continue;
         std::vector<FamilyRun> on_cut =
-            run_families_on_cut(cut_problem.value, {.op_times = false, .any_timing = false}, after(0.25));
+            run_families_on_cut(cut_problem.value, {.op_times = false, .any_timing = false}, starts_until);
         rule_out(options.rules, &on_cut);
         for (FamilyRun& run : on_cut) {
           run.label += " [bound cut]";
@@ -348,7 +351,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   }
   bool out_of_time = false;
   std::vector<Start> starts =
-      make_starts(p, frugal, runs, options.rules, options.objective, after(0.25), after(0.5), &out_of_time);
+      make_starts(p, frugal, runs, options.rules, options.objective, starts_until, repairs_until, &out_of_time);
   if (starts.empty()) {  // every placement's re-cut of this problem breaks its limits
     std::string why;
     for (const FamilyRun& run : runs)
@@ -382,7 +385,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     Start& start = starts[k];
     if (!layers_match(start.built.problem)) continue;
     Repartitioned moved = improve_partition(start.built.problem, start.built.schedule, start.score,
-                                            {options.objective, nullptr}, 4000, after(0.5));
+                                            {options.objective, nullptr}, 4000, repairs_until);
     if (moved.moves == 0) continue;
     start.name += " +partition";
     start.built.problem = std::move(moved.problem);
@@ -400,7 +403,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   const double race_share = repartition ? search_share * kRaceShareBeforePartition / kSearchShare : search_share;
   Placements placements =
       placements_of(starts, num_searches, options.robust_sigma > 0 ? &robust : nullptr, options.objective, repartition,
-                    free_bounds, after(0.5), &out.stats.placements_searched);
+                    free_bounds, repairs_until, &out.stats.placements_searched);
   const size_t ops = starts[0].built.schedule.num_ops();
   RaceSetup race{.starts = &starts,
                  .num_searches = num_searches,
