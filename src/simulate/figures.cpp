@@ -61,16 +61,18 @@ void Sim::memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve)
   const Queue& oq = queues_[d2h_queue(d)];
   const Queue& rq = queues_[h2d_queue(d)];
   int64_t bytes = p_->devices[d].static_bytes;
-  f->peak_bytes = bytes;
-  f->peak_time_us = 0;
+  // The peak kept in locals, written once at the end: every event reads and may write it.
+  int64_t peak_bytes = bytes;
+  double peak_time_us = 0;
+  Op peak_op = f->peak_op;
   if (curve) curve->push_back({0, bytes});
   auto event = [&](int k, bool at_start, double t) {  // k: a queue position
     const Op op = queue_op_[k];
     bytes += delta(op, at_start, op.kind == OpKind::kF && !at_start && recomputed(op));
-    if (bytes > f->peak_bytes) {
-      f->peak_bytes = bytes;
-      f->peak_time_us = t;
-      f->peak_op = op;
+    if (bytes > peak_bytes) {
+      peak_bytes = bytes;
+      peak_time_us = t;
+      peak_op = op;
     }
     if (curve) {
       if (!curve->empty() && curve->back().time_us == t)
@@ -80,16 +82,19 @@ void Sim::memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve)
     }
   };
   // The transfer events before a compute event at t: offload ends before it (at t too when it is
-  // a start) and reload starts before it, the two merged.
+  // a start) and reload starts before it, the two merged. The next of each is kept at hand
+  // (infinite when none is left).
+  constexpr double kNever = std::numeric_limits<double>::infinity();
   int oi = oq.begin, ri = rq.begin;
+  double o = oi < oq.end ? end_[queue_ops_[oi]] : kNever, r = ri < rq.end ? start_[queue_ops_[ri]] : kNever;
   auto transfers_before = [&](double t, bool compute_starts) {
     for (;;) {
-      const bool has_o = oi < oq.end, has_r = ri < rq.end;
-      const double o = has_o ? end_[queue_ops_[oi]] : 0, r = has_r ? start_[queue_ops_[ri]] : 0;
-      if (has_o && (!has_r || o <= r) && (o < t || (compute_starts && o == t))) {
+      if (oi < oq.end && o <= r && (o < t || (compute_starts && o == t))) {
         event(oi++, false, o);
-      } else if (has_r && (!has_o || r < o) && r < t) {
+        o = oi < oq.end ? end_[queue_ops_[oi]] : kNever;
+      } else if (ri < rq.end && r < o && r < t) {
         event(ri++, true, r);
+        r = ri < rq.end ? start_[queue_ops_[ri]] : kNever;
       } else {
         return;
       }
@@ -97,12 +102,16 @@ void Sim::memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve)
   };
   for (int k = cq.begin; k < cq.end; k++) {
     const int i = queue_ops_[k];
-    transfers_before(start_[i], true);
-    event(k, true, start_[i]);
-    transfers_before(end_[i], false);
-    event(k, false, end_[i]);
+    const double start = start_[i], end = end_[i];
+    transfers_before(start, true);
+    event(k, true, start);
+    transfers_before(end, false);
+    event(k, false, end);
   }
-  transfers_before(std::numeric_limits<double>::infinity(), true);
+  transfers_before(kNever, true);
+  f->peak_bytes = peak_bytes;
+  f->peak_time_us = peak_time_us;
+  f->peak_op = peak_op;
 }
 
 }  // namespace optpipe::sim_detail
