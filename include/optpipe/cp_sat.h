@@ -49,6 +49,9 @@ struct CpSatOptions {
   // is true keep their order on their device as in `hint`, and their stage-microbatch its
   // recompute and offload choice; the others are free.
   const std::vector<bool>* keep = nullptr;
+  // Every hinted variable fixed to its hint: whether the model admits `hint` as it is (a
+  // schedule that fits must be a solution of the model for its bound to hold).
+  bool fix_to_hint = false;
 };
 
 struct [[nodiscard]] CpSatSolution {

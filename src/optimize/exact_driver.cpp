@@ -160,7 +160,7 @@ void run_exact(const OptimizeOptions& options, Clock::time_point t0, const std::
 
 bool lns_applies(const Problem& p, const OptimizeOptions& options) {
   // Where CP-SAT pays for the search time it takes. Measured: D = 8 × M = 16 under a tight budget,
-  // 10 s, 870 → 790 ms (the optimum 770); llama2-13b on 8 GPUs × 32 microbatches (the main job),
+  // 10 s, 890 → 770 ms (the optimum); llama2-13b on 8 GPUs × 32 microbatches (the main job),
   // 0.5% slower on 3 of 3 seeds. Each neighbourhood builds and presolves the whole model.
   constexpr int kMaxLnsStageMicrobatches = 128;
   return options.objective == Objective::kMakespan && options.robust_sigma == 0 &&
@@ -192,24 +192,29 @@ double run_lns(const OptimizeOptions& options, const Problem& p, double bound_us
       for (int i = m0; i < m0 + microbatches; i++)
         for (OpKind k : {OpKind::kF, OpKind::kB, OpKind::kW}) keep[op_id(p, Op{k, s, i})] = false;
     }
-    // The first neighbourhood is the whole schedule, for half the time: on small problems CP-SAT
-    // hinted with the winner often gets furthest alone. The first true neighbourhood gets half of
-    // what is left too: until one has been timed, its overhead is not known.
-    const bool whole = round == 0;
-    const double limit_s = round <= 1 ? left / 2 : std::min(1.0, left);
+    // The first two neighbourhoods are the whole schedule, each for half the time left: on small
+    // problems CP-SAT often gets furthest alone. First hinted with the winner (how it improves a
+    // winner near the optimum: u-d8-m8-tight-comm 1.145 → 1.107 s), then without a hint (a hint
+    // far off the optimum holds the search there: D = 8, M = 16 under a tight budget, the
+    // optimum proven in 1 s unhinted, not in 3 s hinted with a schedule 17% slower). Tried: the
+    // two at once with one worker each (proved D = 8, M = 16 on 3 of 3 seeds, never improved
+    // u-d8-m8-tight-comm). The first true neighbourhood gets half of what is left too: until one
+    // has been timed, its overhead is not known.
+    const bool whole = round <= 1;
+    const double limit_s = round <= 2 ? left / 2 : std::min(1.0, left);
     const Clock::time_point solve_start = Clock::now();
     CpSatSolution sol = solve_cp_sat(p, {.recompute = recompute,
                                          .offload = options.rules.offload,
                                          .time_limit_s = limit_s,
                                          .workers = whole ? std::max(2, options.threads) : 1,
                                          .seed = rng(),
-                                         .hint = &searched->best,
+                                         .hint = round == 1 ? nullptr : &searched->best,
                                          .keep = whole ? nullptr : &keep});
     stats->exact_solves++;
     overhead_s = std::max(overhead_s, seconds_since(solve_start) - limit_s);
     stats->exact_models = "CP-SAT";
     if (whole && covers_rules && sol.bound_holds && sol.status.code != StatusCode::kInfeasible)
-      proven_us = sol.bound_us;
+      proven_us = std::max(proven_us, sol.bound_us);
     Score sc;
     if (sol.status.ok() && score_schedule(p, sol.schedule, &sc, scoring) && sc < searched->best_score) {
       searched->best = std::move(sol.schedule);
