@@ -40,7 +40,10 @@ Result<std::string> megatron_flags(const Problem& p) {
   std::vector<std::string> stages;
   int total = 0;
   for (int s = 0; s < S; s++) {
-    stages.push_back((s == 0 ? "E" : "") + layers_token(layers[s]) + (s == S - 1 ? "L" : ""));
+    std::string stage = s == 0 ? "E" : "";
+    stage += layers_token(layers[s]);
+    if (s == S - 1) stage += 'L';
+    stages.push_back(std::move(stage));
     total += layers[s];
   }
   // Runs of equal stages as "(x|)*n", then the next stage after a cosmetic comma.

@@ -136,10 +136,12 @@ void draw_memory(const Layout& l, int d, std::string& o) {
   pts += fmt("%.2f", l.x_of(0)) + "," + fmt("%.2f", prev_y);
   for (const MemoryPoint& m : t.memory[d]) {
     const double x = l.x_of(m.time_us), y = y_of(static_cast<double>(m.bytes));
-    pts += " " + fmt("%.2f", x) + "," + fmt("%.2f", prev_y) + " " + fmt("%.2f", x) + "," + fmt("%.2f", y);
+    pts += ' ';
+    pts += fmt("%.2f", x) + "," + fmt("%.2f", prev_y) + " " + fmt("%.2f", x) + "," + fmt("%.2f", y);
     prev_y = y;
   }
-  pts += " " + fmt("%.2f", l.x_of(l.span)) + "," + fmt("%.2f", prev_y);
+  pts += ' ';
+  pts += fmt("%.2f", l.x_of(l.span)) + "," + fmt("%.2f", prev_y);
   o += "<polyline points=\"" + pts + "\" fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"1.5\"/>\n";
   const double by = y_of(budget);
   o += "<line x1=\"" + fmt("%.0f", left) + "\" y1=\"" + fmt("%.2f", by) + "\" x2=\"" + fmt("%.1f", right_x) +

@@ -21,7 +21,10 @@ std::string ScheduleRules::describe() const {
   auto add = [&](const std::string& what) { out += (out.empty() ? "" : ", ") + what; };
   if (!placements.empty()) {
     std::string names;
-    for (Placement p : placements) names += (names.empty() ? "" : "|") + std::string(placement_name(p));
+    for (Placement p : placements) {
+      if (!names.empty()) names += '|';
+      names += placement_name(p);
+    }
     add("placement " + names);
   }
   if (chunks_per_device > 0) add(std::to_string(chunks_per_device) + " chunks per device");
