@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <random>
 
@@ -548,6 +549,56 @@ TEST(Optimize, DropNeedlessRecomputesAndOffloads) {
       drop_needless(with_budget(p, int64_t{1} << 62), offloaded, 10000, std::chrono::steady_clock::time_point::max());
   EXPECT_EQ(roomy.offloads_dropped, 4 * 8);
   for (const DeviceSchedule& ds : roomy.schedule.devices) EXPECT_TRUE(ds.offloads.empty() && ds.reloads.empty());
+}
+
+// Offloads inserted at once land where inserting them one by one puts them: ZB-V's two chunks per
+// device, half of the activations offloaded first, the rest at once and one by one in a random
+// order; both lists in compute order (offloads by forward, reloads by backward).
+TEST(Edit, OffloadsInsertedAtOnceAsOneByOne) {
+  UniformSpec u;
+  u.num_devices = 4;
+  u.num_microbatches = 8;
+  Result<FamilySchedule> zbv = build_family(*find_family("zb-v"), make_uniform_problem(u));
+  ASSERT_TRUE(zbv.ok());
+  std::mt19937 rng(5);
+  int inserted = 0;
+  for (int trial = 0; trial < 8; trial++) {
+    for (const DeviceSchedule& start : zbv.value.schedule.devices) {
+      std::vector<OffloadAt> all;
+      for (size_t k = 0; k < start.compute.size(); k++) {
+        const Op f = start.compute[k];
+        const int b = f.kind == OpKind::kF ? backward_index(start.compute, f.stage, f.microbatch) : -1;
+        if (b > static_cast<int>(k) + 1)
+          all.push_back({f.stage, f.microbatch, start.compute[k + 1 + rng() % (b - k - 1)]});
+      }
+      std::shuffle(all.begin(), all.end(), rng);
+      DeviceSchedule at_once = start;
+      const size_t half = all.size() / 2;
+      for (size_t k = 0; k < half; k++)
+        insert_offload(at_once, all[k].stage, all[k].microbatch, find_op(at_once.compute, all[k].anchor));
+      DeviceSchedule one_by_one = at_once;
+      insert_offloads(at_once, std::vector<OffloadAt>(all.begin() + half, all.end()));
+      for (size_t k = half; k < all.size(); k++)
+        insert_offload(one_by_one, all[k].stage, all[k].microbatch, find_op(one_by_one.compute, all[k].anchor));
+      ASSERT_EQ(at_once.offloads, one_by_one.offloads) << "trial " << trial;
+      ASSERT_EQ(at_once.reloads.size(), one_by_one.reloads.size());
+      for (size_t k = 0; k < at_once.reloads.size(); k++) {
+        EXPECT_EQ(at_once.reloads[k].reload, one_by_one.reloads[k].reload);
+        EXPECT_EQ(at_once.reloads[k].anchor, one_by_one.reloads[k].anchor);
+      }
+      for (size_t k = 1; k < at_once.offloads.size(); k++)
+        EXPECT_LT(find_op(at_once.compute,
+                          Op{OpKind::kF, at_once.offloads[k - 1].stage, at_once.offloads[k - 1].microbatch}),
+                  find_op(at_once.compute, Op{OpKind::kF, at_once.offloads[k].stage, at_once.offloads[k].microbatch}));
+      for (size_t k = 1; k < at_once.reloads.size(); k++)
+        EXPECT_LT(backward_index(at_once.compute, at_once.reloads[k - 1].reload.stage,
+                                 at_once.reloads[k - 1].reload.microbatch),
+                  backward_index(at_once.compute, at_once.reloads[k].reload.stage,
+                                 at_once.reloads[k].reload.microbatch));
+      inserted += static_cast<int>(all.size() - half);
+    }
+  }
+  EXPECT_GT(inserted, 100);
 }
 
 // A backward split into B and W (or fused back) must carry the reloads that name it: 1F1B with

@@ -106,6 +106,13 @@ int backward_index(const std::vector<Op>& compute, int stage, int microbatch);
 // compute[anchor]; both channel lists stay in compute order (offloads by their forward, reloads
 // by their backward).
 void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor);
+// The same for several activations at once, in one pass over the lists (one pass per activation
+// made offloading every activation of a device quadratic in its ops).
+struct OffloadAt {
+  int stage, microbatch;
+  Op anchor;  // the compute op whose start releases the reload
+};
+void insert_offloads(DeviceSchedule& ds, const std::vector<OffloadAt>& adds);
 // Keeps F(stage, microbatch)'s activation on the device again: its offload, reload and wait go,
 // and no reload waits for that offload any more.
 void remove_offload(DeviceSchedule& ds, int stage, int microbatch);

@@ -109,7 +109,7 @@ class DeviceRepair {
           anchor = k;
           break;
         }
-      insert_offload(ds_, back.stage, back.microbatch, anchor);
+      offloads_.push_back({back.stage, back.microbatch, ds_.compute[anchor]});
       double until = at(ds_.compute[anchor], false);  // NaN when the anchor is a recompute added this round
       if (!(until >= 0)) until = c.back_start_us - rel_us;
       return {until, st.act_f_bytes};
@@ -129,6 +129,10 @@ class DeviceRepair {
     return {c.back_start_us, st.act_f_bytes - st.act_input_bytes};
   }
 
+  // The offloads chosen, into the device's lists at once (nothing above reads those lists but
+  // for the offloads there before this repair).
+  void insert_chosen_offloads() { insert_offloads(ds_, offloads_); }
+
  private:
   double at(const Op& op, bool end) const { return (end ? t_.end_us : t_.start_us)[op_id(p_, op)]; }
   void recompute(int stage, int microbatch) {
@@ -145,6 +149,7 @@ class DeviceRepair {
   // this repair changed it; by op id of a W: 2 if this repair moved it. And which are offloaded.
   std::vector<char> decided_, offloaded_;
   std::vector<Op> backs_;
+  std::vector<OffloadAt> offloads_;
 };
 
 // Fixes device d's peak (or every overflow) in s, given the timeline t of s (with its memory
@@ -173,6 +178,7 @@ bool repair_device(const Problem& p, const Timeline& t, int d, bool every_overfl
       active.push(freed);
     }
   }
+  repair.insert_chosen_offloads();
   return changed;
 }
 

@@ -21,11 +21,18 @@ int backward_index(const std::vector<Op>& compute, int stage, int microbatch) {
 }
 
 void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor) {
+  insert_offloads(ds, {{stage, microbatch, ds.compute[anchor]}});
+}
+
+void insert_offloads(DeviceSchedule& ds, const std::vector<OffloadAt>& adds) {
+  if (adds.empty()) return;
   // Where each listed offload's F and each listed reload's backward sit, found in one pass over
-  // the compute list with the listed keys sorted (few): lists hold thousands of ops, a scan per
-  // listed op made repairs cubic, and a map of the whole list per call cost more than the moves.
+  // the compute list with the listed keys sorted: lists hold thousands of ops, a scan per listed
+  // op made repairs cubic, and a map of the whole list per call cost more than the moves.
   auto key = [](int s, int i) { return (static_cast<int64_t>(s) << 32) | static_cast<uint32_t>(i); };
-  std::vector<int64_t> f_keys = {key(stage, microbatch)}, b_keys = f_keys;
+  std::vector<int64_t> f_keys, b_keys;
+  for (const OffloadAt& a : adds) f_keys.push_back(key(a.stage, a.microbatch));
+  b_keys = f_keys;
   for (const Op& o : ds.offloads) f_keys.push_back(key(o.stage, o.microbatch));
   for (const ReloadEntry& r : ds.reloads) b_keys.push_back(key(r.reload.stage, r.reload.microbatch));
   std::sort(f_keys.begin(), f_keys.end());
@@ -45,15 +52,39 @@ void insert_offload(DeviceSchedule& ds, int stage, int microbatch, int anchor) {
     OPTPIPE_CHECK(pos[at] >= 0, "an offloaded activation has its F and backward on its device");
     return pos[at];
   };
-  const int f = pos_of(f_keys, f_pos, stage, microbatch), b = pos_of(b_keys, b_pos, stage, microbatch);
-  size_t at = 0;
-  while (at < ds.offloads.size() && pos_of(f_keys, f_pos, ds.offloads[at].stage, ds.offloads[at].microbatch) < f) at++;
-  ds.offloads.insert(ds.offloads.begin() + at, Op{OpKind::kOffload, stage, microbatch});
-  at = 0;
-  while (at < ds.reloads.size() &&
-         pos_of(b_keys, b_pos, ds.reloads[at].reload.stage, ds.reloads[at].reload.microbatch) < b)
-    at++;
-  ds.reloads.insert(ds.reloads.begin() + at, {Op{OpKind::kReload, stage, microbatch}, ds.compute[anchor]});
+  // The new ones by position, each merged in before the first listed one at or after it.
+  std::vector<std::pair<int, size_t>> by_f, by_b;  // (position, index in adds)
+  for (size_t k = 0; k < adds.size(); k++) {
+    by_f.push_back({pos_of(f_keys, f_pos, adds[k].stage, adds[k].microbatch), k});
+    by_b.push_back({pos_of(b_keys, b_pos, adds[k].stage, adds[k].microbatch), k});
+  }
+  std::sort(by_f.begin(), by_f.end());
+  std::sort(by_b.begin(), by_b.end());
+  std::vector<Op> offloads;
+  offloads.reserve(ds.offloads.size() + adds.size());
+  size_t n = 0;
+  for (const Op& o : ds.offloads) {
+    for (const int p = pos_of(f_keys, f_pos, o.stage, o.microbatch); n < by_f.size() && by_f[n].first < p; n++)
+      offloads.push_back(Op{OpKind::kOffload, adds[by_f[n].second].stage, adds[by_f[n].second].microbatch});
+    offloads.push_back(o);
+  }
+  for (; n < by_f.size(); n++)
+    offloads.push_back(Op{OpKind::kOffload, adds[by_f[n].second].stage, adds[by_f[n].second].microbatch});
+  ds.offloads = std::move(offloads);
+  std::vector<ReloadEntry> reloads;
+  reloads.reserve(ds.reloads.size() + adds.size());
+  auto reload_of = [&](const OffloadAt& a) {
+    return ReloadEntry{Op{OpKind::kReload, a.stage, a.microbatch}, a.anchor};
+  };
+  n = 0;
+  for (ReloadEntry& r : ds.reloads) {
+    for (const int p = pos_of(b_keys, b_pos, r.reload.stage, r.reload.microbatch); n < by_b.size() && by_b[n].first < p;
+         n++)
+      reloads.push_back(reload_of(adds[by_b[n].second]));
+    reloads.push_back(std::move(r));
+  }
+  for (; n < by_b.size(); n++) reloads.push_back(reload_of(adds[by_b[n].second]));
+  ds.reloads = std::move(reloads);
 }
 
 void remove_offload(DeviceSchedule& ds, int stage, int microbatch) {
