@@ -21,7 +21,7 @@ Result<Schedule> make_pipeoffload(const Problem& p) {
   Result<Schedule> base = make_interleaved_1f1b(p);
   if (!base.ok()) return base;
   Schedule s = add_offloads(p, base.value);
-  SimResult sim = simulate(p, s);
+  SimResult sim = simulate(p, s, {.op_times = true, .any_timing = false});
   OPTPIPE_CHECK(sim.ok(), "the PipeOffload pass produced a schedule that does not simulate: " + sim.status.message);
   return Result<Schedule>::Of(gate_for_any_timing(p, s, sim.timeline).schedule);
 }

@@ -129,7 +129,7 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, const
   out.schedule.items_per_stage = layers_match(out.problem) ? items_per_stage(out.problem) : std::vector<int>{};
   double ungated_us = 0;
   if (options.any_timing) {
-    SimResult nominal = simulate(out.problem, out.schedule);
+    SimResult nominal = simulate(out.problem, out.schedule, {.op_times = true, .any_timing = false});
     OPTPIPE_CHECK(nominal.ok(), "the optimizer's winner must simulate: " + nominal.status.message);
     Gated gated = gate_for_any_timing(out.problem, out.schedule, nominal.timeline, prune_until);
     // Gates hold at nominal timings, but on a shared host link a reload they make ready later can
@@ -139,7 +139,8 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, const
     ungated_us = objective_us(nominal.timeline, options.objective);
     if (Clock::now() >= prune_until) {
       auto gated_us = [&](const Gated& g) {
-        return objective_us(simulate(out.problem, g.schedule, {.op_times = false}).timeline, options.objective);
+        return objective_us(simulate(out.problem, g.schedule, {.op_times = false, .any_timing = false}).timeline,
+                            options.objective);
       };
       const double first_us = gated_us(gated);
       if (first_us > ungated_us) {

@@ -9,7 +9,7 @@
 namespace optpipe {
 
 Schedule add_offloads(const Problem& p, const Schedule& base, double reload_lead, double fraction) {
-  SimResult sim = simulate(p, base);
+  SimResult sim = simulate(p, base, {.op_times = true, .any_timing = false});
   OPTPIPE_CHECK(sim.ok(), "add_offloads needs a schedule that simulates: " + sim.status.message);
   const Timeline& t = sim.timeline;
   auto start = [&](const Op& op) { return t.start_us[op_id(p, op)]; };

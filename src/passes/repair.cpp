@@ -188,7 +188,7 @@ Schedule repair_memory(const Problem& p, const Schedule& start, int max_rounds, 
                        std::chrono::steady_clock::time_point deadline, const ScheduleRules& rules) {
   Schedule s = start;
   for (int round = 0; round < max_rounds && std::chrono::steady_clock::now() < deadline; round++) {
-    SimResult r = simulate(p, s, {.op_times = true, .memory_curve = every_overflow});
+    SimResult r = simulate(p, s, {.op_times = true, .memory_curve = every_overflow, .any_timing = false});
     if (!r.ok()) return start;
     bool changed = false, overflows = false;
     for (int d = 0; d < p.num_devices; d++) {

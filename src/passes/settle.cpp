@@ -13,7 +13,7 @@ bool allocates(OpKind k) { return k == OpKind::kF || k == OpKind::kR; }
 
 bool settle_transfers(const Problem& p, int max_rounds, Schedule* s) {
   for (int round = 0; round < max_rounds; round++) {
-    SimResult sim = simulate(p, *s);
+    SimResult sim = simulate(p, *s, {.op_times = true, .any_timing = false});  // nominal peaks only
     if (!sim.ok()) return false;
     int over = -1;
     for (int d = 0; d < p.num_devices && over < 0; d++)
