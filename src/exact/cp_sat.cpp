@@ -342,9 +342,8 @@ void write_keep(const Problem& p, const Grid& g, const Schedule& s, const std::v
 // starts of one kind are handed out in that order, and the choices follow the forwards: a
 // schedule that runs microbatches out of order is then a solution of the model too (every
 // precedence links the same microbatch, and x_i ≥ y_i + d for every i keeps holding between the
-// two sorted lists; a stage's memory events are the same times), where as it stands CP-SAT
-// would spend its time repairing it (measured: D = 8, M = 16, its optimum proven in 1 s
-// without the search's hint, not in 3 s with it).
+// two sorted lists; a stage's memory events are the same times). As the schedule has it, CP-SAT
+// finds such a hint infeasible and spends its time repairing it (its log, D = 8, M = 16).
 void write_hint(const Problem& p, const Grid& g, const Schedule& s, const Vars& v, bool fifo, ModelWriter* m) {
   SimResult sim = simulate(p, s, {.op_times = true});
   if (!sim.ok()) return;

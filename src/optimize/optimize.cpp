@@ -296,8 +296,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // overflow; the best first. Every family is built and checked whatever the time limit (that is
   // cheap, and the answer must never be slower than a family that fits) — unless the families
   // alone outlast the limit by a quarter second, on problems so large that the rest are left out;
-  // their practitioner tunings, dearer, are started within 40% of the limit or not at all. The
-  // greedy starts take at most a quarter of it, the repairs what is left of the first half.
+  // their practitioner tunings, dearer, are started within 40% of the limit or not at all.
   auto after = [&](double share) { return seconds_after(t0, options.time_limit_s * share); };
   // The starts beyond the families (on other cuts, greedy) end by a quarter of the limit, the
   // repairs, the partition moves and the bounds over every partition by half.
