@@ -102,7 +102,10 @@ std::string noise_text(const Problem& p, const NoiseSpec& spec, const NoiseRepor
   out += "  over budget as planned (out of memory on a GPU): " + std::to_string(r.overflowed) + " of " +
          std::to_string(r.samples) + "; stuck waiting for room: " + std::to_string(r.stuck) + "\n";
   std::string peaks;
-  for (int d = 0; d < p.num_devices; d++) peaks += (d ? " " : "") + format_bytes(r.worst_peak_bytes[d]);
+  for (int d = 0; d < p.num_devices; d++) {
+    if (d) peaks += ' ';
+    peaks += format_bytes(r.worst_peak_bytes[d]);
+  }
   return out + "  largest peak per device: " + peaks + "\n";
 }
 

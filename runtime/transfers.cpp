@@ -148,7 +148,9 @@ void IterationState::run_offloads(const std::vector<Op>& offloads) {
   try {
     for (const Op& op : offloads) {
       const size_t k = slot(op.stage, op.microbatch);
-      wait_for([&] { return f_done_[k]; }, "F" + std::to_string(op.microbatch) + " s" + std::to_string(op.stage));
+      std::string forward = "F";  // built with +=: GCC 12 warns falsely on "F" + std::string
+      forward += std::to_string(op.microbatch) + " s" + std::to_string(op.stage);
+      wait_for([&] { return f_done_[k]; }, forward);
       const double start = monotonic_us();
       std::vector<at::Tensor> device_copy;
       {

@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
-#include <regex>
 #include <string>
 
 #include "brute_force.h"
@@ -52,9 +51,10 @@ std::string decode(const std::string& bytes, const std::string& message) {
   return text;
 }
 
-int count(const std::string& text, const std::string& pattern) {
-  const std::regex re(pattern);
-  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) n++;
+  return n;
 }
 
 }  // namespace
@@ -74,12 +74,12 @@ TEST(CpSat, ModelDecodesWithTheWheelsDescriptors) {
   const int ops = 2 * 3 * 3, optional = 2 * 3;  // F, B, W; per stage-microbatch: recompute, offload
   // The literal "true", the makespan, a start per op; per stage-microbatch a Boolean and R's
   // start, and a Boolean and two transfer starts.
-  EXPECT_EQ(count(text, "variables \\{"), 2 + ops + optional * 5) << text.substr(0, 2000);
-  EXPECT_EQ(count(text, "interval \\{"), ops + 3 * optional);
-  EXPECT_EQ(count(text, "no_overlap \\{"), 2 + 2 * 2);  // each device; each link's two directions
-  EXPECT_EQ(count(text, "reservoir \\{"), 2);
-  EXPECT_EQ(count(text, "objective \\{"), 1);
-  EXPECT_EQ(count(text, "solution_hint \\{"), 1);
+  EXPECT_EQ(count(text, "variables {"), 2 + ops + optional * 5) << text.substr(0, 2000);
+  EXPECT_EQ(count(text, "interval {"), ops + 3 * optional);
+  EXPECT_EQ(count(text, "no_overlap {"), 2 + 2 * 2);  // each device; each link's two directions
+  EXPECT_EQ(count(text, "reservoir {"), 2);
+  EXPECT_EQ(count(text, "objective {"), 1);
+  EXPECT_EQ(count(text, "solution_hint {"), 1);
   EXPECT_EQ(count(text, "max_level: " + std::to_string(p.devices[0].mem_budget_bytes - p.devices[0].static_bytes)), 2);
 }
 
