@@ -117,18 +117,17 @@ void Sim::bad_op(int d, const Op& op, OpKind want, const char* list) {
 Status Sim::add_reload(int d, const ReloadEntry& r) {
   if (!add_op(d, r.reload, OpKind::kReload, "reloads")) return error_;
   const Op& a = r.anchor;
-  if (!is_compute(a.kind) || a.stage < 0 || a.stage >= S_ || a.microbatch < 0 || a.microbatch >= M_)
+  if (!fits_list(a, OpKind::kF))
     return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) + " has an invalid anchor " +
                            op_name(a));
-  if (p_->device_of(a.stage) != d)
+  if (stage_device_[a.stage] != d)
     return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) + " is anchored to " +
                            op_name(a) + " on another device");
   int a_id = op_id(S_, M_, a);
   anchor_of_[r.reload.stage * M_ + r.reload.microbatch] = a_id;
   const int after_begin = static_cast<int>(after_ids_.size());
   for (const Op& x : r.after) {
-    if ((x.kind != OpKind::kOffload && !is_compute(x.kind)) || x.stage < 0 || x.stage >= S_ || x.microbatch < 0 ||
-        x.microbatch >= M_ || p_->device_of(x.stage) != d)
+    if (!(fits_list(x, OpKind::kF) || fits_list(x, OpKind::kOffload)) || stage_device_[x.stage] != d)
       return Status::Invalid("device " + std::to_string(d) + ": reload " + op_name(r.reload) + " waits for " +
                              op_name(x) + ", not a compute op or offload of this device");
     is_anchor_[op_id(S_, M_, x)] = 1;
