@@ -15,6 +15,7 @@
 #include "optpipe/cp_sat.h"
 #include "optpipe/families.h"
 #include "optpipe/milp.h"
+#include "optpipe/optimize.h"
 #include "optpipe/validate.h"
 
 using namespace optpipe;
@@ -136,6 +137,47 @@ TEST(CpSat, DecidesOffloadsAndRecomputes) {
     }
   }
   EXPECT_GT(offloads + recomputes, 0);  // the budget (1.5 activations) makes it choose some
+}
+
+// The makespan bound (bounds.cpp) never passes a proven optimum: random 2- and 3-device
+// pipelines, budgets in half activations (the whole-activation term then counts), transfers
+// from a fifth of a pass to a few passes, and for each the choices CP-SAT may make matching
+// the rules the bound is given (none, offload, offload and recompute).
+TEST(CpSat, TheMakespanBoundNeverPassesAProvenOptimum) {
+  if (!have_cp_sat()) return;
+  std::mt19937 rng(23);
+  int proven = 0, tight = 0;
+  for (int trial = 0; trial < 12; trial++) {
+    UniformSpec u;
+    u.num_devices = 2 + trial % 2;
+    u.num_microbatches = 3 + static_cast<int>(rng() % 2);
+    u.t_comm_us = rng() % 2 ? 0 : 50;
+    Problem p = make_uniform_problem(u);
+    for (StageSpec& st : p.stages) {
+      st.t_f_us = 100 + rng() % 400;
+      st.t_r_us = st.t_f_us * (50 + rng() % 51) / 100;
+      st.t_b_us = 100 + rng() % 600;
+      st.t_w_us = 50 + rng() % 300;
+    }
+    set_transfer_time(&p, 10, 20 + rng() % 1000);
+    for (DeviceSpec& d : p.devices)
+      d.mem_budget_bytes = d.static_bytes + p.stages[0].act_f_bytes * (2 + static_cast<int64_t>(rng() % 4)) / 2;
+    for (int choices = 0; choices < 3; choices++) {
+      ScheduleRules rules;
+      rules.offload = choices >= 1;
+      rules.recompute = choices >= 2;
+      CpSatSolution s = solve_cp_sat(p, deterministic({.recompute = rules.recompute, .offload = rules.offload}));
+      if (!s.status.ok() || !s.proven_optimal) continue;
+      const Validation v = validate(p, s.schedule);
+      ASSERT_TRUE(v.ok()) << "trial " << trial << ": " << v.summary();
+      proven++;
+      const double bound = makespan_lower_bound(p, rules);
+      EXPECT_LE(bound, v.sim.timeline.makespan_us + 1e-4) << "trial " << trial << " choices " << choices;
+      tight += bound > v.sim.timeline.makespan_us - 1e-4;
+    }
+  }
+  EXPECT_GT(proven, 30);
+  EXPECT_GT(tight, 5);
 }
 
 TEST(CpSat, ProvesWhatNothingFits) {

@@ -168,8 +168,10 @@ double span_lower_bound(const Problem& p);
 // the latest device's earliest possible start plus all its work, plus the idle before its first
 // backward that the forwards fitting in memory (and offloads) cannot fill; one microbatch's own
 // chain; and the memory-time area its activations need against budget × makespan, with the most
-// that offloading and recomputing could save in that time.
-double makespan_lower_bound(const Problem& p);
+// that offloading and recomputing could save in that time; and the same for whole activations,
+// of which the capacity holds a whole number at a time. Offloads and recomputes are assumed only
+// where `rules` allow them.
+double makespan_lower_bound(const Problem& p, const ScheduleRules& rules = {});
 
 // The part of that bound that holds without a budget: each device's earliest start plus all its
 // work, and one microbatch's own chain.
@@ -178,7 +180,8 @@ double load_lower_bound(const Problem& p);
 // A bound on `objective` that holds for one given schedule of p: for the span, span_lower_bound;
 // for the makespan, makespan_lower_bound when that schedule fits the budget, else
 // load_lower_bound (a schedule over budget is not bound by what the budget forces).
-double lower_bound_for(const Problem& p, bool fits_budget, Objective objective = Objective::kMakespan);
+double lower_bound_for(const Problem& p, bool fits_budget, Objective objective = Objective::kMakespan,
+                       const ScheduleRules& rules = {});
 
 // No schedule of p fits device d in less: static memory plus the largest single op's activation
 // and workspace on it.

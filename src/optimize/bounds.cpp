@@ -43,7 +43,7 @@ std::vector<double> tails(const Problem& p) {
   return tail;
 }
 
-std::vector<DeviceDemand> device_demands(const Problem& p) {
+std::vector<DeviceDemand> device_demands(const Problem& p, const ScheduleRules& rules = {}) {
   const std::vector<double> head = forward_heads(p), round_trip = round_trips(p), tail = tails(p);
   std::vector<DeviceDemand> out(p.num_devices);
   for (int s = p.num_stages() - 1; s >= 0; s--) out[p.device_of(s)].tail_us = tail[s];  // its first stage's
@@ -52,11 +52,14 @@ std::vector<DeviceDemand> device_demands(const Problem& p) {
     out[d].work_us = p.work_us(d);
     out[d].capacity_bytes = static_cast<double>(p.devices[d].mem_budget_bytes - p.devices[d].static_bytes);
     out[d].num_microbatches = p.num_microbatches;
+    out[d].offload = rules.offload;
+    out[d].recompute = rules.recompute;
   }
   for (int s = 0; s < p.num_stages(); s++) {
     DeviceDemand& dd = out[p.device_of(s)];
     dd.first_us = std::min(dd.first_us, head[s]);
-    dd.stages.push_back({p.stages[s], head[s], round_trip[s], p.offload_us(s), p.reload_us(s)});
+    dd.stages.push_back(
+        {p.stages[s], head[s], round_trip[s], p.offload_us(s), p.reload_us(s), s == 0 ? p.stages[0].t_w_us : tail[s]});
   }
   return out;
 }
@@ -114,13 +117,15 @@ double warmup_idle_us(const DeviceDemand& dd) {
     const double count = std::min<double>(dd.num_microbatches, std::ceil((tau - sl.head_us) / st.t_f_us));
     items.push_back({st.t_f_us, static_cast<double>(st.act_f_bytes), count});
     t_f_min = std::min(t_f_min, st.t_f_us);
-    t_offload_min = std::min(t_offload_min, sl.offload_us);
-    recompute_worth = std::max(recompute_worth, 1 - st.t_r_us / st.t_f_us);
+    if (dd.offload) t_offload_min = std::min(t_offload_min, sl.offload_us);
+    if (dd.recompute) recompute_worth = std::max(recompute_worth, 1 - st.t_r_us / st.t_f_us);
   }
   if (items.empty()) return std::max(0.0, window - filled);
 
   // Offloads: the longest forwards, as many as the link can finish by τ.
-  double offloads = t_offload_min > 0 ? std::floor(std::max(0.0, window - t_f_min) / t_offload_min) : kInf;
+  double offloads = t_offload_min == kInf ? 0
+                    : t_offload_min > 0   ? std::floor(std::max(0.0, window - t_f_min) / t_offload_min)
+                                          : kInf;
   std::sort(items.begin(), items.end(), [](const PackItem& a, const PackItem& b) { return a.time_us > b.time_us; });
   for (PackItem& it : items) {
     const double n = std::min(offloads, it.count);
@@ -177,6 +182,26 @@ double load_lower_bound(const Problem& p) {
   return bound;
 }
 
+namespace {
+
+// Items: (area saved per µs of one resource, area saved by all M). The most area that choices
+// fitting in `budget_us` of that resource can save (fractional); a rate of ∞ costs none of it.
+double best_saving(std::vector<std::pair<double, double>>& items, double budget_us) {
+  std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  double saved = 0;
+  for (const auto& [rate, all] : items) {
+    if (rate == kInf) {
+      saved += all;
+      continue;
+    }
+    if (budget_us <= 0) break;
+    const double take = std::min(all, rate * budget_us);
+    saved += take;
+    budget_us -= take / rate;
+  }
+  return saved;
+}
+
 // Memory-time area. Activation memory never exceeds C = budget − static, so over a makespan T
 // the activations' bytes × lifetimes sum to at most C·T. An activation kept from F's start to
 // B's end lives at least t_F + (the round trip through the later stages) + t_B. Offloading
@@ -184,8 +209,7 @@ double load_lower_bound(const Problem& p) {
 // recomputing keeps only the input in between, at device time t_R each. Whatever a schedule
 // chooses, its area, device time and channel time satisfy these; the smallest T for which even
 // the most favourable (fractional) choices satisfy them is a lower bound.
-bool memory_fits_by(const DeviceDemand& dd, double T) {
-  if (dd.capacity_bytes <= 0) return true;
+bool bytes_fit_by(const DeviceDemand& dd, double T) {
   const double M = dd.num_microbatches;
   double area = 0, most_saved = 0;
   // (saving per µs, saving of all M), for offloads and recomputes; few stages share a device
@@ -196,34 +220,73 @@ bool memory_fits_by(const DeviceDemand& dd, double T) {
     const StageSpec& st = sl.spec;
     const double a_f = static_cast<double>(st.act_f_bytes), a_w = -static_cast<double>(st.act_w_bytes);
     area += M * (a_f * (st.t_f_us + sl.round_trip_us + st.t_b_us) + a_w * st.t_w_us);
-    const double save_offload = a_f * std::max(0.0, sl.round_trip_us - sl.offload_us - sl.reload_us);
+    const double save_offload = dd.offload ? a_f * std::max(0.0, sl.round_trip_us - sl.offload_us - sl.reload_us) : 0;
     const double save_recompute =
-        (a_f - static_cast<double>(st.act_input_bytes)) * std::max(0.0, sl.round_trip_us - st.t_r_us);
+        dd.recompute ? (a_f - static_cast<double>(st.act_input_bytes)) * std::max(0.0, sl.round_trip_us - st.t_r_us)
+                     : 0;
     most_saved += M * std::max(save_offload, save_recompute);
     if (save_offload > 0)
       offloads.push_back({sl.offload_us > 0 ? save_offload / sl.offload_us : kInf, M * save_offload});
     if (save_recompute > 0)
       recomputes.push_back({st.t_r_us > 0 ? save_recompute / st.t_r_us : kInf, M * save_recompute});
   }
-  // The most area that choices fitting in `budget_us` of one resource can save (fractional).
-  auto best_saving = [](std::vector<std::pair<double, double>>& items, double budget_us) {
-    std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    double saved = 0;
-    for (const auto& [rate, all] : items) {
-      if (rate == kInf) {  // free of that resource
-        saved += all;
-        continue;
-      }
-      if (budget_us <= 0) break;
-      const double take = std::min(all, rate * budget_us);
-      saved += take;
-      budget_us -= take / rate;
-    }
-    return saved;
-  };
   const double saved =
       std::min(most_saved, best_saving(offloads, T) + best_saving(recomputes, T - dd.first_us - dd.work_us));
   return area - saved <= dd.capacity_bytes * T;
+}
+
+// Whole activations: what the area misses when the capacity is not a whole number of them (a
+// budget of 1.5 activations holds one at a time). From F's start to its B's end an activation
+// holds its act_f bytes whole, except between its offload's end and its reload's start or
+// between F's end and its recompute's start, and nothing else on the device holds negative
+// memory; so at any time at most k are held whole, k the most of the device's smallest ones
+// (M per stage) that fit C. Each is held within [the earliest head, T − the least after_b] of
+// its device's stages, for at least t_F + round trip + t_B if kept, t_F + t_offload + t_reload +
+// t_B if offloaded (channel time t_offload), t_F + t_R + t_B if recomputed (device time t_R).
+// The held times, after the most favourable (fractional) choices, sum to at most k × window.
+bool whole_activations_fit_by(const DeviceDemand& dd, double T) {
+  const double M = dd.num_microbatches;
+  thread_local std::vector<double> sizes;  // kept, as in warmup_idle_us
+  thread_local std::vector<std::pair<double, double>> offloads, recomputes;
+  sizes.clear();
+  offloads.clear();
+  recomputes.clear();
+  double window_start = kInf, after_b = kInf, held = 0, most_saved = 0;
+  for (const StageLoad& sl : dd.stages) {
+    const StageSpec& st = sl.spec;
+    if (st.act_f_bytes <= 0) return true;  // any number of them fit
+    sizes.push_back(static_cast<double>(st.act_f_bytes));
+    window_start = std::min(window_start, sl.head_us);
+    after_b = std::min(after_b, sl.after_b_us);
+    held += M * (st.t_f_us + sl.round_trip_us + st.t_b_us);
+    const double save_offload = dd.offload ? std::max(0.0, sl.round_trip_us - sl.offload_us - sl.reload_us) : 0;
+    const double save_recompute = dd.recompute ? std::max(0.0, sl.round_trip_us - st.t_r_us) : 0;
+    most_saved += M * std::max(save_offload, save_recompute);
+    if (save_offload > 0)
+      offloads.push_back({sl.offload_us > 0 ? save_offload / sl.offload_us : kInf, M * save_offload});
+    if (save_recompute > 0)
+      recomputes.push_back({st.t_r_us > 0 ? save_recompute / st.t_r_us : kInf, M * save_recompute});
+  }
+  std::sort(sizes.begin(), sizes.end());
+  double k = 0, left = dd.capacity_bytes;
+  for (double a : sizes) {
+    const double n = std::min(M, std::floor(left / a));
+    k += n;
+    left -= n * a;
+    if (n < M) break;
+  }
+  // None fits: no schedule exists, which budget_lower_bound reports; all fit: nothing to add.
+  if (k < 1 || k >= M * static_cast<double>(sizes.size())) return true;
+  const double saved =
+      std::min(most_saved, best_saving(offloads, T) + best_saving(recomputes, T - dd.first_us - dd.work_us));
+  return held - saved <= k * (T - window_start - after_b);
+}
+
+}  // namespace
+
+bool memory_fits_by(const DeviceDemand& dd, double T) {
+  if (dd.capacity_bytes <= 0) return true;
+  return bytes_fit_by(dd, T) && whole_activations_fit_by(dd, T);
 }
 
 double memory_bound_us(const DeviceDemand& dd) {
@@ -238,9 +301,9 @@ double memory_bound_us(const DeviceDemand& dd) {
   return lo;
 }
 
-double makespan_lower_bound(const Problem& p) {
+double makespan_lower_bound(const Problem& p, const ScheduleRules& rules) {
   double bound = chain_us(p);  // and each device's first + work, which the warm-up term includes
-  for (const DeviceDemand& dd : device_demands(p)) {
+  for (const DeviceDemand& dd : device_demands(p, rules)) {
     bound = std::max(bound, dd.first_us + dd.work_us + warmup_idle_us(dd) + cooldown_idle_us(dd));
     bound = std::max(bound, memory_bound_us(dd));
   }
@@ -260,9 +323,9 @@ std::vector<int64_t> budget_lower_bound(const Problem& p) {
   return out;
 }
 
-double lower_bound_for(const Problem& p, bool fits_budget, Objective objective) {
+double lower_bound_for(const Problem& p, bool fits_budget, Objective objective, const ScheduleRules& rules) {
   if (objective == Objective::kSpan) return span_lower_bound(p);
-  return fits_budget ? makespan_lower_bound(p) : load_lower_bound(p);
+  return fits_budget ? makespan_lower_bound(p, rules) : load_lower_bound(p);
 }
 
 double span_lower_bound(const Problem& p) {

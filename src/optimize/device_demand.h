@@ -15,6 +15,7 @@ struct StageLoad {
   double head_us = 0;        // the earliest its first forward can start
   double round_trip_us = 0;  // F's end → B's start at least: the later stages' F and B, and hops
   double offload_us = 0, reload_us = 0;
+  double after_b_us = 0;  // B's end → the microbatch's end at least (stage 0: its own W)
 };
 
 struct DeviceDemand {
@@ -22,6 +23,7 @@ struct DeviceDemand {
   double work_us = 0;         // all its F, B and W
   double capacity_bytes = 0;  // budget − static (≤ 0: nothing fits, no memory bound applies)
   int num_microbatches = 0;
+  bool offload = true, recompute = true;  // the choices the rules allow (a bound may assume them)
   // After its last B (one of its first stage: a later stage's B of the same microbatch comes
   // before) the chain on to the end: the B's of the stages before its first, the hops between
   // them, and stage 0's W. 0 where the device holds stage 0.

@@ -91,8 +91,9 @@ struct FreeBound {
 };
 
 Placements placements_of(const std::vector<Start>& starts, int num_searches, const NoiseSpec* robust,
-                         Objective objective, bool partition_free, const std::vector<FreeBound>& free_bounds,
-                         Clock::time_point bounds_deadline, std::vector<std::string>* names) {
+                         Objective objective, const ScheduleRules& rules, bool partition_free,
+                         const std::vector<FreeBound>& free_bounds, Clock::time_point bounds_deadline,
+                         std::vector<std::string>* names) {
   Placements out;
   for (int k = 0; k < num_searches; k++) {
     const Problem& sp = starts[k].built.problem;
@@ -102,7 +103,7 @@ Placements placements_of(const std::vector<Start>& starts, int num_searches, con
     out.problems.push_back(&sp);
     // With the partition searched, only a bound that holds over every partition is valid.
     if (!partition_free || !layers_match(sp)) {
-      out.bounds.push_back(lower_bound_for(sp, /*fits_budget=*/true, objective));
+      out.bounds.push_back(lower_bound_for(sp, /*fits_budget=*/true, objective, rules));
       continue;
     }
     const auto known = std::find_if(free_bounds.begin(), free_bounds.end(), [&](const FreeBound& b) {
@@ -110,7 +111,7 @@ Placements placements_of(const std::vector<Start>& starts, int num_searches, con
     });
     out.bounds.push_back(known != free_bounds.end() && objective == Objective::kMakespan
                              ? known->bound_us
-                             : partition_free_lower_bound(sp, objective, bounds_deadline));
+                             : partition_free_lower_bound(sp, objective, bounds_deadline, rules));
   }
   if (robust)
     for (const Problem* sp : out.problems) {
@@ -334,7 +335,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     for (const auto& [placement, v] : {std::pair{Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
       Result<Problem> placed = rechunk(p, placement, v);
       if (!options.rules.allows_placement(placement, v) || !placed.ok()) continue;
-      const BoundGuidedCuts guided = bound_guided_cuts(placed.value, starts_until);
+      const BoundGuidedCuts guided = bound_guided_cuts(placed.value, starts_until, options.rules);
       if (guided.free_bound_complete) free_bounds.push_back({placement, v, guided.free_bound_us});
       for (const std::vector<int>& cut : guided.cuts) {
         Result<Problem> cut_problem = with_partition(placed.value, cut);
@@ -402,8 +403,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   const double search_share = exact_by_time ? 0.5 : lns ? kLnsFrom : kSearchShare;
   const double race_share = repartition ? search_share * kRaceShareBeforePartition / kSearchShare : search_share;
   Placements placements =
-      placements_of(starts, num_searches, options.robust_sigma > 0 ? &robust : nullptr, options.objective, repartition,
-                    free_bounds, repairs_until, &out.stats.placements_searched);
+      placements_of(starts, num_searches, options.robust_sigma > 0 ? &robust : nullptr, options.objective,
+                    options.rules, repartition, free_bounds, repairs_until, &out.stats.placements_searched);
   const size_t ops = starts[0].built.schedule.num_ops();
   RaceSetup race{.starts = &starts,
                  .num_searches = num_searches,

@@ -51,7 +51,12 @@ namespace {
 // head follows from the items before i, its round trip from those from j on), from prefix sums.
 class ItemSums {
  public:
-  explicit ItemSums(const Problem& p) : p_(p), S_(p.num_stages()), L_(static_cast<int>(p.layers.size())) {
+  ItemSums(const Problem& p, const ScheduleRules& rules)
+      : offload(rules.offload),
+        recompute(rules.recompute),
+        p_(p),
+        S_(p.num_stages()),
+        L_(static_cast<int>(p.layers.size())) {
     for (std::vector<double>* v : {&t_f_, &t_b_, &t_w_, &t_r_, &act_f_, &act_w_, &static_}) v->assign(L_ + 1, 0);
     for (int k = 0; k < L_; k++) {  // [k]: the sum over items 0..k−1
       const LayerSpec& l = p.layers[k];
@@ -96,8 +101,11 @@ class ItemSums {
         (t_f_[L_] - t_f_[j]) + (t_b_[L_] - t_b_[j]) + 2 * (hops_before_[S_ - 1] - hops_before_[s]) * p_.t_comm_us;
     sl.offload_us = p_.host_link.d2h_us(st.act_f_bytes);
     sl.reload_us = p_.host_link.h2d_us(st.act_f_bytes);
+    sl.after_b_us = s == 0 ? st.t_w_us : tail_us(s, i);
     return sl;
   }
+
+  const bool offload, recompute;  // the choices the rules allow, for every DeviceDemand priced
 
  private:
   const Problem& p_;
@@ -140,6 +148,8 @@ double partition_memory_bound(const Problem& p, const ItemSums& sums, double upp
   const double kInf = std::numeric_limits<double>::infinity();
   DeviceDemand dd;
   dd.num_microbatches = M;
+  dd.offload = sums.offload;
+  dd.recompute = sums.recompute;
   for (const LayerSpec& l : p.layers)  // what an unpriced stage's pending W's can hold
     if (l.t_w_us > 0)
       dd.unpriced_w_us_per_byte = std::max(dd.unpriced_w_us_per_byte,
@@ -189,7 +199,11 @@ constexpr double kCutSlack = 0.01;
 // for one partition) within T. The pair bounds below count each call against a budget.
 class PairCheck {
  public:
-  PairCheck(const Problem& p, const ItemSums& sums) : p_(p), sums_(sums) { dd_.num_microbatches = p.num_microbatches; }
+  PairCheck(const Problem& p, const ItemSums& sums) : p_(p), sums_(sums) {
+    dd_.num_microbatches = p.num_microbatches;
+    dd_.offload = sums.offload;
+    dd_.recompute = sums.recompute;
+  }
 
   bool fits(int d, int s1, int a, int a2, int s2, int b, int b2, double T) {
     if (--checks_left % 1024 == 0 && std::chrono::steady_clock::now() > deadline) checks_left = 0;
@@ -248,6 +262,7 @@ namespace {
 struct PairRequest {
   std::chrono::steady_clock::time_point deadline;
   std::vector<int>* cut;
+  const ScheduleRules& rules;
 };
 
 // The states (packed a·(L+1) + b) each device reached along the cuts, device by device, when a
@@ -494,8 +509,8 @@ double free_bound(const Problem& p, Objective objective, const PairRequest& want
   }
   const double average = (M * items_work + starts) / D;
   if (p.layers.size() < static_cast<size_t>(S)) return std::max({chain, average, M * heaviest});
-  const ItemSums sums(p);
-  const double own_us = makespan_lower_bound(p);  // p's own partition: the least cannot pass it
+  const ItemSums sums(p, want.rules);
+  const double own_us = makespan_lower_bound(p, want.rules);  // p's own partition: the least cannot pass it
   const double bound =
       std::max({chain, average, M * heaviest, partition_load_bound(p, sums), partition_memory_bound(p, sums, own_us)});
   return std::max(
@@ -504,17 +519,18 @@ double free_bound(const Problem& p, Objective objective, const PairRequest& want
 
 }  // namespace
 
-double partition_free_lower_bound(const Problem& p, Objective objective,
-                                  std::chrono::steady_clock::time_point deadline) {
-  return free_bound(p, objective, {deadline, nullptr});
+double partition_free_lower_bound(const Problem& p, Objective objective, std::chrono::steady_clock::time_point deadline,
+                                  const ScheduleRules& rules) {
+  return free_bound(p, objective, {deadline, nullptr, rules});
 }
 
-BoundGuidedCuts bound_guided_cuts(const Problem& p, std::chrono::steady_clock::time_point deadline) {
+BoundGuidedCuts bound_guided_cuts(const Problem& p, std::chrono::steady_clock::time_point deadline,
+                                  const ScheduleRules& rules) {
   BoundGuidedCuts out;
   if (p.placement == Placement::kLinear || p.chunks_per_device != 2 || !layers_match(p)) return out;
   const std::vector<int> own = items_per_stage(p);
   std::vector<int> pair_cut;
-  out.free_bound_us = free_bound(p, Objective::kMakespan, {deadline, &pair_cut});
+  out.free_bound_us = free_bound(p, Objective::kMakespan, {deadline, &pair_cut, rules});
   out.free_bound_complete = std::chrono::steady_clock::now() <= deadline;
   for (const std::vector<int>& cut : {lighter_first(p), pair_cut})
     if (!cut.empty() && cut != own && std::find(out.cuts.begin(), out.cuts.end(), cut) == out.cuts.end())

@@ -36,7 +36,8 @@ Repartitioned improve_partition(const Problem& p, const Schedule& s, const Score
 // stop where they are: a weaker bound, still valid.
 double partition_free_lower_bound(
     const Problem& p, Objective objective = Objective::kMakespan,
-    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
+    const ScheduleRules& rules = {});
 
 // p's cut with each device's two stages' item counts swapped where its first (in model order)
 // holds more (V-shape and interleaved): the same load per device, the first chunks' activations
@@ -55,6 +56,7 @@ struct BoundGuidedCuts {
   bool free_bound_complete = false;
 };
 BoundGuidedCuts bound_guided_cuts(
-    const Problem& p, std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+    const Problem& p, std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
+    const ScheduleRules& rules = {});
 
 }  // namespace optpipe
