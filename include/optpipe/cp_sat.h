@@ -52,6 +52,9 @@ struct CpSatOptions {
   // Every hinted variable fixed to its hint: whether the model admits `hint` as it is (a
   // schedule that fits must be a solution of the model for its bound to hold).
   bool fix_to_hint = false;
+  // A makespan no schedule of the model's choices beats (makespan_lower_bound under the same
+  // rules): the makespan's floor, so that CP-SAT stops as soon as a solution meets it.
+  double makespan_at_least_us = 0;
 };
 
 struct [[nodiscard]] CpSatSolution {

@@ -206,7 +206,10 @@ Vars write_model(const Problem& p, const Grid& g, const CpSatOptions& o, ModelWr
   const bool recompute = o.memory && o.recompute, offload = o.memory && o.offload;
   Vars v;
   v.always = m->new_var(1, 1);
-  v.makespan = m->new_var(0, g.horizon);
+  // Floored onto the grid, whose durations are rounded down: the floor never cuts off a solution.
+  const int64_t floor_steps =
+      o.fix_to_hint ? 0 : static_cast<int64_t>(std::floor(o.makespan_at_least_us / g.unit_us + 1e-9));
+  v.makespan = m->new_var(std::clamp<int64_t>(floor_steps, 0, g.horizon), g.horizon);
   auto at = [&](OpKind k, int s, int i) { return g.index[op_id(p, Op{k, s, i})]; };
   std::vector<std::vector<int64_t>> on_device(p.num_devices);
   std::vector<int> interval_of(g.ops.size());

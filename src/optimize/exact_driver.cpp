@@ -56,7 +56,8 @@ void run_cp_sat(const OptimizeOptions& options, Clock::time_point t0, const std:
                                           .time_limit_s = limit,
                                           .workers = std::max(2, options.threads),
                                           .seed = options.seed,
-                                          .hint = winners ? &out->schedule : nullptr});
+                                          .hint = winners ? &out->schedule : nullptr,
+                                          .makespan_at_least_us = (*bounds)[k]});
     out->stats.exact_solves++;
     out->stats.exact_nodes += sol.branches;
     Score sc;
@@ -209,7 +210,8 @@ double run_lns(const OptimizeOptions& options, const Problem& p, double bound_us
                                          .workers = whole ? std::max(2, options.threads) : 1,
                                          .seed = rng(),
                                          .hint = round == 1 ? nullptr : &searched->best,
-                                         .keep = whole ? nullptr : &keep});
+                                         .keep = whole ? nullptr : &keep,
+                                         .makespan_at_least_us = bound_us});
     stats->exact_solves++;
     overhead_s = std::max(overhead_s, seconds_since(solve_start) - limit_s);
     stats->exact_models = "CP-SAT";
