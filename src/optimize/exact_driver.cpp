@@ -180,7 +180,12 @@ double run_lns(const OptimizeOptions& options, const Problem& p, double bound_us
   // What a solve costs beyond the time it is given (building and loading the model), the most
   // seen so far: kept out of the next one's limit, so that the rounds end by the deadline.
   double overhead_s = 0;
+  const int64_t improvements_before = stats->lns_improvements;
   for (int round = 0; round < 100000; round++) {
+    // Where the whole model improved nothing, the windows did not either (the suite's instances
+    // with D·M ≤ 128, bench/results/2026-12-04-lns-give-back.txt): the local search takes the
+    // time back.
+    if (round == 2 && stats->lns_improvements == improvements_before) break;
     const double left = seconds_until(deadline) - overhead_s;
     if (left < 0.05 || searched->best_score.objective_us <= std::max(bound_us, proven_us) * (1 + 1e-12)) break;
     const int devices = std::min(D, 2 + static_cast<int>(rng() % 2));

@@ -25,13 +25,13 @@ void run_exact(const OptimizeOptions& options, std::chrono::steady_clock::time_p
 bool lns_applies(const Problem& p, const OptimizeOptions& options);
 
 // Large-neighbourhood search until `deadline`, or until the best meets `bound_us` (the bound so
-// far) or the bound it proves: first the whole schedule for half the time, then
-// windows of the best schedule (two or three
-// adjacent devices × four to eight microbatches), each keeping every other op's order on its device and
-// every other activation's recompute/offload choice, and lets CP-SAT re-solve it for at most a
-// second, hinted with the best; a solution that scores better replaces it. `stats` counts the
-// solves (exact_solves) and the improvements. Returns the whole schedule's proven bound where it
-// holds for every schedule of p's placement and partition that the rules allow, else 0.
+// far) or the bound it proves: first the whole schedule (hinted with the best, then unhinted),
+// then — only if those improved it — windows of the best schedule (two or three adjacent devices
+// × four to eight microbatches), each keeping every other op's order on its device and every
+// other activation's recompute/offload choice, and lets CP-SAT re-solve it for at most a second,
+// hinted with the best; a solution that scores better replaces it. `stats` counts the solves
+// (exact_solves) and the improvements. Returns the whole schedule's proven bound where it holds
+// for every schedule of p's placement and partition that the rules allow, else 0.
 double run_lns(const OptimizeOptions& options, const Problem& p, double bound_us,
                std::chrono::steady_clock::time_point deadline, SearchResult* searched, OptimizeStats* stats);
 

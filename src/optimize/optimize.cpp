@@ -440,6 +440,18 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
         run_lns(options, out.problem, placements.bound(), before_end(kSearchShare), &searched, &out.stats);
     // Its bound holds for the problem's partition only.
     if (!repartition) placements.raise_bound(out.problem, bound_us);
+    // What CP-SAT gave back (it stops early where the whole model improves nothing) goes to the
+    // local search, from the winner.
+    if (Clock::now() < before_end(kSearchShare) &&
+        searched.best_score.objective_us > placements.bound() * (1 + 1e-12)) {
+      SearchShared shared;
+      shared.deadline = before_end(kSearchShare);
+      SearchResult more = local_search(out.problem, searched.best, options.seed + 1, race.budget, shared,
+                                       {options.objective, nullptr}, options.rules);
+      out.stats.evaluations += more.evaluations;
+      out.stats.improvements += more.improvements;
+      if (more.best_score < searched.best_score) searched = std::move(more);
+    }
   }
   // What the search's plateau walk left behind and the winner does not need (in the time the
   // search left, or as many simulations as the schedule's size allows when it did not bind).
