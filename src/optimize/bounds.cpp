@@ -202,37 +202,46 @@ double best_saving(std::vector<std::pair<double, double>>& items, double budget_
   return saved;
 }
 
-// Memory-time area. Activation memory never exceeds C = budget − static, so over a makespan T
-// the activations' bytes × lifetimes sum to at most C·T. An activation kept from F's start to
-// B's end lives at least t_F + (the round trip through the later stages) + t_B. Offloading
-// shortens that by the round trip less both transfers, at channel time t_offload each;
-// recomputing keeps only the input in between, at device time t_R each. Whatever a schedule
-// chooses, its area, device time and channel time satisfy these; the smallest T for which even
-// the most favourable (fractional) choices satisfy them is a lower bound.
-bool bytes_fit_by(const DeviceDemand& dd, double T) {
+// The most held time (× bytes where `weigh_bytes`, else per activation) that offloads and
+// recomputes can save by a makespan T, the most favourable (fractional) choices within the
+// channel's time for offloads and the device's spare time for recomputes. An offload shortens a
+// kept activation's life by the round trip less both transfers, at channel time t_offload; a
+// recompute by the round trip less t_R (keeping only the input between), at device time t_R.
+double choices_saving(const DeviceDemand& dd, double T, bool weigh_bytes) {
   const double M = dd.num_microbatches;
-  double area = 0, most_saved = 0;
   // (saving per µs, saving of all M), for offloads and recomputes; few stages share a device
   thread_local std::vector<std::pair<double, double>> offloads, recomputes;  // kept, as in warmup_idle_us
   offloads.clear();
   recomputes.clear();
+  double most_saved = 0;
   for (const StageLoad& sl : dd.stages) {
     const StageSpec& st = sl.spec;
-    const double a_f = static_cast<double>(st.act_f_bytes), a_w = -static_cast<double>(st.act_w_bytes);
-    area += M * (a_f * (st.t_f_us + sl.round_trip_us + st.t_b_us) + a_w * st.t_w_us);
+    const double a_f = weigh_bytes ? static_cast<double>(st.act_f_bytes) : 1;
+    const double a_dropped = weigh_bytes ? a_f - static_cast<double>(st.act_input_bytes) : 1;
     const double save_offload = dd.offload ? a_f * std::max(0.0, sl.round_trip_us - sl.offload_us - sl.reload_us) : 0;
-    const double save_recompute =
-        dd.recompute ? (a_f - static_cast<double>(st.act_input_bytes)) * std::max(0.0, sl.round_trip_us - st.t_r_us)
-                     : 0;
+    const double save_recompute = dd.recompute ? a_dropped * std::max(0.0, sl.round_trip_us - st.t_r_us) : 0;
     most_saved += M * std::max(save_offload, save_recompute);
     if (save_offload > 0)
       offloads.push_back({sl.offload_us > 0 ? save_offload / sl.offload_us : kInf, M * save_offload});
     if (save_recompute > 0)
       recomputes.push_back({st.t_r_us > 0 ? save_recompute / st.t_r_us : kInf, M * save_recompute});
   }
-  const double saved =
-      std::min(most_saved, best_saving(offloads, T) + best_saving(recomputes, T - dd.first_us - dd.work_us));
-  return area - saved <= dd.capacity_bytes * T;
+  return std::min(most_saved, best_saving(offloads, T) + best_saving(recomputes, T - dd.first_us - dd.work_us));
+}
+
+// Memory-time area. Activation memory never exceeds C = budget − static, so over a makespan T
+// the activations' bytes × lifetimes sum to at most C·T. An activation kept from F's start to
+// B's end lives at least t_F + (the round trip through the later stages) + t_B, less what
+// offloads and recomputes save. The smallest T for which even the most favourable choices
+// satisfy this is a lower bound.
+bool bytes_fit_by(const DeviceDemand& dd, double T) {
+  double area = 0;
+  for (const StageLoad& sl : dd.stages) {
+    const StageSpec& st = sl.spec;
+    area += dd.num_microbatches * (static_cast<double>(st.act_f_bytes) * (st.t_f_us + sl.round_trip_us + st.t_b_us) -
+                                   static_cast<double>(st.act_w_bytes) * st.t_w_us);
+  }
+  return area - choices_saving(dd, T, true) <= dd.capacity_bytes * T;
 }
 
 // Whole activations: what the area misses when the capacity is not a whole number of them (a
@@ -241,17 +250,14 @@ bool bytes_fit_by(const DeviceDemand& dd, double T) {
 // between F's end and its recompute's start, and nothing else on the device holds negative
 // memory; so at any time at most k are held whole, k the most of the device's smallest ones
 // (M per stage) that fit C. Each is held within [the earliest head, T − the least after_b] of
-// its device's stages, for at least t_F + round trip + t_B if kept, t_F + t_offload + t_reload +
-// t_B if offloaded (channel time t_offload), t_F + t_R + t_B if recomputed (device time t_R).
-// The held times, after the most favourable (fractional) choices, sum to at most k × window.
+// its device's stages, for at least t_F + round trip + t_B if kept, less what offloads (held
+// t_F + t_offload + t_reload + t_B) and recomputes (t_F + t_R + t_B) save. The held times sum to
+// at most k × that window.
 bool whole_activations_fit_by(const DeviceDemand& dd, double T) {
   const double M = dd.num_microbatches;
   thread_local std::vector<double> sizes;  // kept, as in warmup_idle_us
-  thread_local std::vector<std::pair<double, double>> offloads, recomputes;
   sizes.clear();
-  offloads.clear();
-  recomputes.clear();
-  double window_start = kInf, after_b = kInf, held = 0, most_saved = 0;
+  double window_start = kInf, after_b = kInf, held = 0;
   for (const StageLoad& sl : dd.stages) {
     const StageSpec& st = sl.spec;
     if (st.act_f_bytes <= 0) return true;  // any number of them fit
@@ -259,13 +265,6 @@ bool whole_activations_fit_by(const DeviceDemand& dd, double T) {
     window_start = std::min(window_start, sl.head_us);
     after_b = std::min(after_b, sl.after_b_us);
     held += M * (st.t_f_us + sl.round_trip_us + st.t_b_us);
-    const double save_offload = dd.offload ? std::max(0.0, sl.round_trip_us - sl.offload_us - sl.reload_us) : 0;
-    const double save_recompute = dd.recompute ? std::max(0.0, sl.round_trip_us - st.t_r_us) : 0;
-    most_saved += M * std::max(save_offload, save_recompute);
-    if (save_offload > 0)
-      offloads.push_back({sl.offload_us > 0 ? save_offload / sl.offload_us : kInf, M * save_offload});
-    if (save_recompute > 0)
-      recomputes.push_back({st.t_r_us > 0 ? save_recompute / st.t_r_us : kInf, M * save_recompute});
   }
   std::sort(sizes.begin(), sizes.end());
   double k = 0, left = dd.capacity_bytes;
@@ -277,9 +276,7 @@ bool whole_activations_fit_by(const DeviceDemand& dd, double T) {
   }
   // None fits: no schedule exists, which budget_lower_bound reports; all fit: nothing to add.
   if (k < 1 || k >= M * static_cast<double>(sizes.size())) return true;
-  const double saved =
-      std::min(most_saved, best_saving(offloads, T) + best_saving(recomputes, T - dd.first_us - dd.work_us));
-  return held - saved <= k * (T - window_start - after_b);
+  return held - choices_saving(dd, T, false) <= k * (T - window_start - after_b);
 }
 
 }  // namespace
