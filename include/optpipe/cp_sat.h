@@ -15,7 +15,8 @@
 // The bound: CP-SAT's best objective bound, times the grid. Every duration, transfers included,
 // is rounded down onto the grid and memory is exact in bytes, so any schedule of the placement
 // that the model's rules allow, its start times floored onto the grid, is a solution no longer
-// than it: the bound holds for all of them (`bound_holds`; not for a neighbourhood, `keep`).
+// than it: the bound holds for all of them (`bound_holds`; not for a neighbourhood, `keep`), and
+// it is at least `makespan_at_least_us` floored onto the grid, which must hold as well.
 // The model relaxes the simulator besides (any start and transfer times, B and W apart even where
 // a schedule fuses them); like the other exact models it keeps each stage's F, B and W first in,
 // first out, which loses nothing for interchangeable microbatches.
