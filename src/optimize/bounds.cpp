@@ -117,15 +117,14 @@ double warmup_idle_us(const DeviceDemand& dd) {
     const double count = std::min<double>(dd.num_microbatches, std::ceil((tau - sl.head_us) / st.t_f_us));
     items.push_back({st.t_f_us, static_cast<double>(st.act_f_bytes), count});
     t_f_min = std::min(t_f_min, st.t_f_us);
-    if (dd.offload) t_offload_min = std::min(t_offload_min, sl.offload_us);
+    t_offload_min = std::min(t_offload_min, sl.offload_us);
     if (dd.recompute) recompute_worth = std::max(recompute_worth, 1 - st.t_r_us / st.t_f_us);
   }
   if (items.empty()) return std::max(0.0, window - filled);
 
   // Offloads: the longest forwards, as many as the link can finish by τ.
-  double offloads = t_offload_min == kInf ? 0
-                    : t_offload_min > 0   ? std::floor(std::max(0.0, window - t_f_min) / t_offload_min)
-                                          : kInf;
+  double offloads = t_offload_min > 0 ? std::floor(std::max(0.0, window - t_f_min) / t_offload_min) : kInf;
+  if (!dd.offload) offloads = 0;
   std::sort(items.begin(), items.end(), [](const PackItem& a, const PackItem& b) { return a.time_us > b.time_us; });
   for (PackItem& it : items) {
     const double n = std::min(offloads, it.count);
@@ -241,7 +240,8 @@ bool bytes_fit_by(const DeviceDemand& dd, double T) {
     area += dd.num_microbatches * (static_cast<double>(st.act_f_bytes) * (st.t_f_us + sl.round_trip_us + st.t_b_us) -
                                    static_cast<double>(st.act_w_bytes) * st.t_w_us);
   }
-  return area - choices_saving(dd, T, true) <= dd.capacity_bytes * T;
+  // The saving is never negative: without it fitting is settled before pricing the choices.
+  return area <= dd.capacity_bytes * T || area - choices_saving(dd, T, true) <= dd.capacity_bytes * T;
 }
 
 // Whole activations: what the area misses when the capacity is not a whole number of them (a
@@ -276,7 +276,8 @@ bool whole_activations_fit_by(const DeviceDemand& dd, double T) {
   }
   // None fits: no schedule exists, which budget_lower_bound reports; all fit: nothing to add.
   if (k < 1 || k >= M * static_cast<double>(sizes.size())) return true;
-  return held - choices_saving(dd, T, false) <= k * (T - window_start - after_b);
+  const double room = k * (T - window_start - after_b);
+  return held <= room || held - choices_saving(dd, T, false) <= room;
 }
 
 }  // namespace
