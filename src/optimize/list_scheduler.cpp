@@ -19,10 +19,12 @@ struct Greedy {
   std::vector<std::vector<int>> stages;   // per device, later stages first when later_stage_first
   std::vector<std::deque<Op>> pending_w;  // per device
   std::vector<int> live;
+  std::vector<double> act_bytes;  // per device: activation bytes held (by the ops run so far)
   // Per device: slots held for the later chunks of microbatches whose first chunk has run there
   // (they cannot free memory before those run), with reserve_later_chunks.
   std::vector<int> reserved;
-  std::vector<int> first_stage;  // per device: its lowest stage
+  std::vector<double> reserved_bytes;  // the same in bytes: the later chunks' act_f_bytes
+  std::vector<int> first_stage;        // per device: its lowest stage
   std::vector<double> free_at, last_end, stalled_at;
   Schedule out;
 
@@ -50,26 +52,33 @@ struct Greedy {
   void run_op(int d, const Op& op, double t) {
     const double end = t + op_duration_us(p, op);
     const int k = op.stage * M + op.microbatch;
+    const StageSpec& st = p.stages[op.stage];
     switch (op.kind) {
       case OpKind::kF:
         f_end[k] = end;
         next_f[op.stage]++;
         live[d]++;
-        if (rules.reserve_later_chunks)
+        act_bytes[d] += static_cast<double>(st.act_f_bytes);
+        if (rules.reserve_later_chunks) {
           reserved[d] += op.stage == first_stage[d] ? static_cast<int>(stages[d].size()) - 1 : -1;
+          reserved_bytes[d] += op.stage == first_stage[d] ? later_chunk_bytes(d) : -static_cast<double>(st.act_f_bytes);
+        }
         break;
       case OpKind::kB:
         b_end[k] = end;
         next_b[op.stage]++;
+        act_bytes[d] += static_cast<double>(st.act_b_bytes);
         if (rules.w_fills_only) pending_w[d].push_back(W(op.stage, op.microbatch));
         break;
       case OpKind::kBW:
         b_end[k] = end;
         next_b[op.stage]++;
         live[d]--;
+        act_bytes[d] += static_cast<double>(st.act_b_bytes + st.act_w_bytes);
         break;
       case OpKind::kW:
         live[d]--;
+        act_bytes[d] += static_cast<double>(st.act_w_bytes);
         if (!pending_w[d].empty() && pending_w[d].front() == op) pending_w[d].pop_front();
         break;
       default: break;
@@ -88,9 +97,21 @@ struct Greedy {
   // Whether the limit lets device d run a forward of stage s: with reservations, a first chunk
   // takes a slot for each of the device's chunks, and a later chunk uses one taken for it.
   bool admits(int d, int s) const {
-    if (!rules.reserve_later_chunks) return live[d] < limit(d);
+    const double f_bytes = static_cast<double>(p.stages[s].act_f_bytes);
+    if (!rules.reserve_later_chunks)
+      return live[d] < limit(d) && (rules.max_act_bytes.empty() || act_bytes[d] + f_bytes <= rules.max_act_bytes[d]);
     if (s != first_stage[d]) return true;
-    return live[d] + reserved[d] + static_cast<int>(stages[d].size()) <= limit(d);
+    return live[d] + reserved[d] + static_cast<int>(stages[d].size()) <= limit(d) &&
+           (rules.max_act_bytes.empty() ||
+            act_bytes[d] + reserved_bytes[d] + f_bytes + later_chunk_bytes(d) <= rules.max_act_bytes[d]);
+  }
+
+  // The act_f_bytes of device d's chunks after its first: what a first chunk reserves.
+  double later_chunk_bytes(int d) const {
+    double sum = 0;
+    for (int s : stages[d])
+      if (s != first_stage[d]) sum += static_cast<double>(p.stages[s].act_f_bytes);
+    return sum;
   }
 
   // Picks the op device d runs at time t, or returns false and the next time worth looking.
@@ -148,6 +169,8 @@ struct Greedy {
     pending_w.assign(D, {});
     live.assign(D, 0);
     reserved.assign(D, 0);
+    reserved_bytes.assign(D, 0);
+    act_bytes.assign(D, 0);
     first_stage.assign(D, S);
     for (int s = 0; s < S; s++) first_stage[p.device_of(s)] = std::min(first_stage[p.device_of(s)], s);
     free_at.assign(D, 0);
@@ -200,6 +223,8 @@ struct Greedy {
 Result<Schedule> list_schedule(const Problem& p, const ListRules& rules) {
   if (!rules.max_live.empty() && static_cast<int>(rules.max_live.size()) != p.num_devices)
     return Result<Schedule>::Error(Status::Invalid("list scheduler: one activation limit per device expected"));
+  if (!rules.max_act_bytes.empty() && static_cast<int>(rules.max_act_bytes.size()) != p.num_devices)
+    return Result<Schedule>::Error(Status::Invalid("list scheduler: one byte limit per device expected"));
   Greedy g(p, rules);
   return g.run();
 }

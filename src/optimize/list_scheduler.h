@@ -21,6 +21,10 @@ struct ListRules {
   // earliest forward runs anyway. Counting activations, not bytes, keeps a family's pattern the
   // same whatever its byte sizes.
   std::vector<int> max_live;
+  // Per device: the activation bytes a forward may bring it to (F's act_f_bytes counted from its
+  // start, B's and W's releases from their ends, as the simulator does). Empty: no limit. Both
+  // limits apply when both are given.
+  std::vector<double> max_act_bytes;
   bool split_backward = true;     // B now, W later (false: fused BW)
   bool backward_first = true;     // a ready backward goes before a ready forward
   bool later_stage_first = true;  // among ready ops of one kind, the later stage first

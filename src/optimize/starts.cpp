@@ -38,34 +38,91 @@ void add_start(const std::string& name, FamilySchedule built, const ScheduleRule
   starts->push_back({name, std::move(built), sc});
 }
 
-// Greedy list schedules on the common placements, under activation limits from what an
-// unconstrained pipeline keeps down to one per device, a quarter apart: starts for every budget
-// in between. Where a device holds several chunks, each limit with and without slots reserved for
-// a microbatch's later chunks (neither is better everywhere). The largest limits come first, on
-// every placement, as they are the fastest once offloaded.
-void add_greedy_starts(const Problem& p, const ScheduleRules& rules, const Scoring& scoring, Clock::time_point deadline,
-                       bool* out_of_time, std::vector<Start>* starts) {
-  struct Placed {
-    Placement placement;
-    int v;
-    Result<Problem> problem;
-    std::vector<int> limits;  // descending
-  };
+struct Placed {
+  Placement placement;
+  int v;
+  Result<Problem> problem;
+  std::vector<int> limits;  // descending
+};
+
+std::string greedy_name(const Placed& pl) {
+  return std::string("greedy ") + placement_name(pl.placement) + " v" + std::to_string(pl.v);
+}
+
+// The common placements the rules allow, each with the problem cut for it.
+std::vector<Placed> common_placements(const Problem& p, const ScheduleRules& rules) {
   std::vector<Placed> placed;
-  size_t most_limits = 0;
   const int interleaved_v = rules.chunks_per_device > 0 ? rules.chunks_per_device : 2;
   for (const auto& [placement, v] :
        {std::pair{Placement::kLinear, 1}, {Placement::kVShape, 2}, {Placement::kInterleaved, interleaved_v}}) {
     if (!rules.allows_placement(placement, v) || (placement == Placement::kInterleaved && v < 2)) continue;
     Placed pl{placement, v, rechunk(p, placement, v), {}};
-    if (!pl.problem.ok()) continue;
+    if (pl.problem.ok()) placed.push_back(std::move(pl));
+  }
+  return placed;
+}
+
+// Greedy list schedules limited by each device's budget in bytes rather than by a count of
+// activations: a count treats every activation as whole until its W, and a reservation for a
+// microbatch's later chunks as held, so a device's real peak stays below its limit. Each round
+// moves every device's limit by what its peak left free or overflowed, and the best round is a
+// start.
+void add_filled_greedy_starts(const std::vector<Placed>& placed, const ScheduleRules& rules, const Scoring& scoring,
+                              Objective objective, Clock::time_point deadline, bool* out_of_time,
+                              std::vector<Start>* starts) {
+  constexpr int kFillRounds = 4;  // the limits settle within two or three (D = 64, M = 512)
+  for (const Placed& pl : placed) {
+    const Problem& p = pl.problem.value;
+    for (bool reserve : {false, true}) {
+      if (reserve && pl.v == 1) continue;  // one chunk per device: nothing to reserve
+      ListRules list_rules;
+      list_rules.reserve_later_chunks = reserve;
+      for (const auto& dev : p.devices)
+        list_rules.max_act_bytes.push_back(static_cast<double>(dev.mem_budget_bytes - dev.static_bytes));
+      Schedule best;
+      Score best_score;
+      for (int round = 0; round < kFillRounds; round++) {
+        if (Clock::now() > deadline) {
+          *out_of_time = true;
+          break;
+        }
+        Result<Schedule> s = list_schedule(p, list_rules);
+        if (!s.ok()) break;
+        SimResult sim = simulate(p, s.value, {.op_times = false, .any_timing = false});
+        if (!sim.ok()) break;
+        const Score sc = score_of(p, sim.timeline, objective);
+        if (round == 0 || sc < best_score) {
+          best = std::move(s.value);
+          best_score = sc;
+        }
+        for (int d = 0; d < p.num_devices; d++)
+          list_rules.max_act_bytes[d] +=
+              static_cast<double>(p.devices[d].mem_budget_bytes - sim.timeline.devices[d].peak_bytes);
+      }
+      if (best.devices.empty()) continue;
+      add_start(greedy_name(pl) + " filled" + (reserve ? " reserved" : ""), {p, std::move(best)}, rules, scoring,
+                deadline, starts);
+    }
+  }
+}
+
+// Greedy list schedules on the common placements, under activation limits from what an
+// unconstrained pipeline keeps down to one per device, a quarter apart: starts for every budget
+// in between. Where a device holds several chunks, each limit with and without slots reserved for
+// a microbatch's later chunks (neither is better everywhere). The largest limits come first, on
+// every placement, as they are the fastest once offloaded.
+void add_greedy_starts(std::vector<Placed>& placed, const Problem& p, const ScheduleRules& rules,
+                       const Scoring& scoring, Clock::time_point deadline, bool* out_of_time,
+                       std::vector<Start>* starts) {
+  size_t most_limits = 0;
+  for (Placed& pl : placed) {
+    const int v = pl.v;
     const int most = std::min(p.num_microbatches * v, 2 * p.num_devices * v);
     for (int k = 1;; k = std::min(most, k + std::max(1, k / 4))) {
       pl.limits.insert(pl.limits.begin(), k);
       if (k == most) break;
     }
     most_limits = std::max(most_limits, pl.limits.size());
-    placed.push_back(std::move(pl));
   }
   for (size_t i = 0; i < most_limits; i++) {
     for (const Placed& pl : placed) {
@@ -83,8 +140,8 @@ void add_greedy_starts(const Problem& p, const ScheduleRules& rules, const Scori
           list_rules.reserve_later_chunks = reserve;
           Result<Schedule> s = list_schedule(pl.problem.value, list_rules);
           if (!s.ok()) continue;
-          add_start(std::string("greedy ") + placement_name(pl.placement) + " v" + std::to_string(pl.v) + " live≤" +
-                        std::to_string(pl.limits[i]) + (reserve ? " reserved" : "") + (split ? "" : " fused"),
+          add_start(greedy_name(pl) + " live≤" + std::to_string(pl.limits[i]) + (reserve ? " reserved" : "") +
+                        (split ? "" : " fused"),
                     {pl.problem.value, std::move(s.value)}, rules, scoring, deadline, starts);
         }
       }
@@ -178,7 +235,9 @@ std::vector<Start> make_starts(const Problem& p, const std::vector<Frugal>& frug
       add_start(run.label, std::move(run.built), rules, scoring, deadline, &starts, &scored);
     }
   *out_of_time = Clock::now() > deadline;
-  if (!*out_of_time) add_greedy_starts(p, rules, scoring, greedy_deadline, out_of_time, &starts);
+  std::vector<Placed> placed = common_placements(p, rules);
+  if (!*out_of_time) add_filled_greedy_starts(placed, rules, scoring, objective, greedy_deadline, out_of_time, &starts);
+  if (!*out_of_time) add_greedy_starts(placed, p, rules, scoring, greedy_deadline, out_of_time, &starts);
   if (starts.empty()) return starts;
   add_repaired_starts(rules, scoring, deadline, out_of_time, &starts);
   std::stable_sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) { return a.score < b.score; });
