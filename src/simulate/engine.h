@@ -119,6 +119,9 @@ class Sim {
   // duration, read in that order; per stage its device.
   std::vector<Op> queue_op_;
   std::vector<double> queue_dur_;
+  // In queue order, each op's memory change at its start [2k] and end [2k + 1] (an F's end as
+  // recomputed when the schedule recomputes it): the memory sweep reads them in that order.
+  std::vector<int64_t> queue_delta_;
   std::vector<int> stage_device_;
   std::vector<double> stage_dur_;     // by kind·S + stage
   std::vector<int64_t> stage_delta_;  // by 3·(kind·S + stage): start, end, end when recomputed

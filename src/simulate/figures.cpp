@@ -11,10 +11,10 @@ void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
   for (int d = 0; d < D_; d++) {
     DeviceFigures& f = t->devices[d];
     device_times(d, &f);
+    memory_sweep(d, &f, options.memory_curve ? &t->memory[d] : nullptr);
     makespan = std::max(makespan, f.last_end_us);
     total_busy += f.busy_us;
     max_span = std::max(max_span, f.last_end_us - f.first_start_us);
-    memory_sweep(d, &f, options.memory_curve ? &t->memory[d] : nullptr);
   }
   t->idle_us = 0;
   for (DeviceFigures& f : t->devices) {
@@ -26,19 +26,10 @@ void Sim::compute_figures(const SimOptions& options, Timeline* t) const {
   t->bubble_ratio = makespan > 0 ? 1.0 - total_busy / (D_ * makespan) : 0.0;
 }
 
+// The transfers' figures; the compute stream's are taken in memory_sweep's pass over it.
 void Sim::device_times(int d, DeviceFigures* f) const {
-  const Queue& cq = queues_[compute_queue(d)];
   const Queue& oq = queues_[d2h_queue(d)];
   const Queue& rq = queues_[h2d_queue(d)];
-  f->first_start_us = cq.end > cq.begin ? start_[queue_ops_[cq.begin]] : 0;
-  f->last_end_us = cq.end > cq.begin ? end_[queue_ops_[cq.end - 1]] : 0;
-  for (int k = cq.begin; k < cq.end; k++) {
-    const int i = queue_ops_[k];
-    f->busy_us += end_[i] - start_[i];
-    f->first_start_us = std::min(f->first_start_us, start_[i]);
-    f->last_end_us = std::max(f->last_end_us, end_[i]);
-    if (queue_op_[k].kind == OpKind::kR) f->num_recomputes++;
-  }
   for (int k = oq.begin; k < oq.end; k++) {
     const int i = queue_ops_[k];
     f->d2h_busy_us += end_[i] - start_[i];
@@ -66,13 +57,13 @@ void Sim::memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve)
   double peak_time_us = 0;
   Op peak_op = f->peak_op;
   if (curve) curve->push_back({0, bytes});
+  int peak_k = -1;                                    // the queue position of the peak's op
   auto event = [&](int k, bool at_start, double t) {  // k: a queue position
-    const Op op = queue_op_[k];
-    bytes += delta(op, at_start, op.kind == OpKind::kF && !at_start && recomputed(op));
+    bytes += queue_delta_[2 * k + (at_start ? 0 : 1)];
     if (bytes > peak_bytes) {
       peak_bytes = bytes;
       peak_time_us = t;
-      peak_op = op;
+      peak_k = k;
     }
     if (curve) {
       if (!curve->empty() && curve->back().time_us == t)
@@ -100,18 +91,30 @@ void Sim::memory_sweep(int d, DeviceFigures* f, std::vector<MemoryPoint>* curve)
       }
     }
   };
+  // The compute stream's times, in the same pass (locals, written once at the end).
+  double busy_us = 0, first_start_us = cq.end > cq.begin ? start_[queue_ops_[cq.begin]] : 0;
+  double last_end_us = cq.end > cq.begin ? end_[queue_ops_[cq.end - 1]] : 0;
+  int num_recomputes = 0;
   for (int k = cq.begin; k < cq.end; k++) {
     const int i = queue_ops_[k];
     const double start = start_[i], end = end_[i];
+    busy_us += end - start;
+    first_start_us = std::min(first_start_us, start);
+    last_end_us = std::max(last_end_us, end);
+    num_recomputes += queue_op_[k].kind == OpKind::kR;
     transfers_before(start, true);
     event(k, true, start);
     transfers_before(end, false);
     event(k, false, end);
   }
   transfers_before(kNever, true);
+  f->busy_us = busy_us;
+  f->first_start_us = first_start_us;
+  f->last_end_us = std::max(f->last_end_us, last_end_us);
+  f->num_recomputes = num_recomputes;
   f->peak_bytes = peak_bytes;
   f->peak_time_us = peak_time_us;
-  f->peak_op = peak_op;
+  f->peak_op = peak_k >= 0 ? queue_op_[peak_k] : peak_op;
 }
 
 }  // namespace optpipe::sim_detail

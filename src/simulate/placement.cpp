@@ -41,7 +41,7 @@ double Sim::ready_time(const Op& op, int* missing) const {
       for (int k = after_begin; k < after_end; k++) after(after_ids_[k], 0);
       int a = anchor_of_[s * M_ + mb];
       if (std::isnan(ready)) return kNaN;
-      if (std::isnan(start_[a])) {
+      if (!placed(a)) {
         *missing = a;
         return kNaN;
       }

@@ -25,7 +25,10 @@ namespace sim_detail {
   present_[i] = 1;
   queue_ops_[num_ops_] = i;
   queue_op_[num_ops_] = op;
-  queue_dur_[num_ops_] = factors_ ? stage_duration(op) * (*factors_)[i] : stage_duration(op);
+  const int at = static_cast<int>(op.kind) * S_ + op.stage;  // into the per-stage tables
+  queue_dur_[num_ops_] = factors_ ? stage_dur_[at] * (*factors_)[i] : stage_dur_[at];
+  queue_delta_[2 * num_ops_] = stage_delta_[3 * at];
+  queue_delta_[2 * num_ops_ + 1] = stage_delta_[3 * at + 1];
   num_ops_++;
   return true;
 }
@@ -43,7 +46,9 @@ Status Sim::build() {
   anchor_of_.assign(static_cast<size_t>(S_) * M_, -1);
   after_range_.assign(static_cast<size_t>(S_) * M_, {0, 0});
   after_ids_.clear();
-  start_.assign(n, kNaN);
+  // Whether an op is placed is read from end_ alone; start_ is only read for placed ops, so it is
+  // cleared only when the caller takes the op times (absent ops then read NaN).
+  start_.resize(n);
   end_.assign(n, kNaN);
   stage_device_.resize(S_);
   for (int st = 0; st < S_; st++) stage_device_[st] = p_->device_of(st);
@@ -72,6 +77,8 @@ Status Sim::build() {
   queue_ops_.resize(s_->num_ops());
   queue_op_.resize(s_->num_ops());
   queue_dur_.resize(s_->num_ops());
+  queue_delta_.resize(2 * s_->num_ops());
+  bool recomputes = false;
   for (int d = 0; d < D_; d++) {
     const DeviceSchedule& ds = s_->devices[d];
     const int link = p_->devices[d].host_link;
@@ -85,8 +92,10 @@ Status Sim::build() {
       q.shared = k > 0 && link_shared;
       Status st;
       if (k == 0) {
-        for (const Op& op : ds.compute)
+        for (const Op& op : ds.compute) {
           if (!add_op(d, op, OpKind::kF, "compute")) return error_;
+          recomputes = recomputes || op.kind == OpKind::kR;
+        }
       } else if (k == 1) {
         for (const Op& op : ds.offloads)
           if (!add_op(d, op, OpKind::kOffload, "offloads")) return error_;
@@ -96,6 +105,12 @@ Status Sim::build() {
       }
       q.end = static_cast<int>(num_ops_);
     }
+  }
+  // A recomputed F frees its activation at its end (but its input): known once every R is in.
+  for (int d = 0; d < D_ && recomputes; d++) {
+    const Queue& q = queues_[compute_queue(d)];
+    for (int k = q.begin; k < q.end; k++)
+      if (recomputed(queue_op_[k])) queue_delta_[2 * k + 1] = delta(queue_op_[k], false, true);
   }
   return Status::Ok();
 }
@@ -153,6 +168,7 @@ SimResult Sim::run(const Problem& p, const Schedule& s, const SimOptions& option
   SimResult r;
   r.status = build();
   if (!r.status.ok()) return r;
+  if (options.op_times) std::fill(start_.begin(), start_.end(), kNaN);
 
   if (options.gate_memory) {
     place_gated(&r.out_of_memory);
