@@ -3,6 +3,7 @@
 #include "optimize/starts.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "optimize/list_scheduler.h"
@@ -63,47 +64,33 @@ std::vector<Placed> common_placements(const Problem& p, const ScheduleRules& rul
 }
 
 // Greedy list schedules limited by each device's budget in bytes rather than by a count of
-// activations: a count treats every activation as whole until its W, and a reservation for a
-// microbatch's later chunks as held, so a device's real peak stays below its limit. Each round
-// moves every device's limit by what its peak left free or overflowed, and the best round is a
-// start.
+// activations (filled_greedy): a count treats every activation as whole until its W, and a
+// reservation for a microbatch's later chunks as held, so a device's real peak stays below its
+// limit. Where offloads are allowed, also with an eighth and a quarter of the activations
+// offloaded: the greedy then runs as far ahead as the offloads make room for (D = 64, M = 512:
+// 15.98 s with a quarter against 16.2 s without).
 void add_filled_greedy_starts(const std::vector<Placed>& placed, const ScheduleRules& rules, const Scoring& scoring,
                               Objective objective, Clock::time_point deadline, bool* out_of_time,
                               std::vector<Start>* starts) {
-  constexpr int kFillRounds = 3;  // the limits settle within two (D = 64, M = 512)
+  constexpr int kFillRounds = 5;  // settled by the fourth on D = 64, M = 512
   for (const Placed& pl : placed) {
-    const Problem& p = pl.problem.value;
     for (bool reserve : {false, true}) {
       if (reserve && pl.v == 1) continue;  // one chunk per device: nothing to reserve
       // Without reservations a V-shape's devices fill up with first chunks where the budget binds.
       if (!reserve && pl.placement == Placement::kVShape) continue;
-      ListRules list_rules;
-      list_rules.reserve_later_chunks = reserve;
-      for (const auto& dev : p.devices)
-        list_rules.max_act_bytes.push_back(static_cast<double>(dev.mem_budget_bytes - dev.static_bytes));
-      Schedule best;
-      Score best_score;
-      for (int round = 0; round < kFillRounds; round++) {
+      for (double offload_share : {0.0, 0.125, 0.25}) {
+        if (offload_share > 0 && !rules.offload) continue;
         if (Clock::now() > deadline) {
           *out_of_time = true;
-          break;
+          return;
         }
-        Result<Schedule> s = list_schedule(p, list_rules);
-        if (!s.ok()) break;
-        SimResult sim = simulate(p, s.value, {.op_times = false, .any_timing = false});
-        if (!sim.ok()) break;
-        const Score sc = score_of(p, sim.timeline, objective);
-        if (round == 0 || sc < best_score) {
-          best = std::move(s.value);
-          best_score = sc;
-        }
-        for (int d = 0; d < p.num_devices; d++)
-          list_rules.max_act_bytes[d] +=
-              static_cast<double>(p.devices[d].mem_budget_bytes - sim.timeline.devices[d].peak_bytes);
+        FilledGreedy filled = filled_greedy(pl.problem.value, reserve, offload_share, kFillRounds, objective, deadline);
+        if (filled.schedule.devices.empty()) continue;
+        const int percent = static_cast<int>(std::lround(100 * offload_share));
+        add_start(greedy_name(pl) + " filled" + (reserve ? " reserved" : "") +
+                      (percent > 0 ? " +offload " + std::to_string(percent) + "%" : ""),
+                  {pl.problem.value, std::move(filled.schedule)}, rules, scoring, deadline, starts, &filled.score);
       }
-      if (best.devices.empty()) continue;
-      add_start(greedy_name(pl) + " filled" + (reserve ? " reserved" : ""), {p, std::move(best)}, rules, scoring,
-                deadline, starts);
     }
   }
 }
@@ -224,6 +211,34 @@ void order_by_kind(std::vector<Start>& starts) {
 }
 
 }  // namespace
+
+FilledGreedy filled_greedy(const Problem& p, bool reserve_later_chunks, double offload_share, int rounds,
+                           Objective objective, Clock::time_point deadline) {
+  constexpr double kReloadLead = 2;  // reload times ahead of the backward
+  ListRules list_rules;
+  list_rules.reserve_later_chunks = reserve_later_chunks;
+  for (const auto& dev : p.devices)
+    list_rules.max_act_bytes.push_back((1 + offload_share) *
+                                       static_cast<double>(dev.mem_budget_bytes - dev.static_bytes));
+  FilledGreedy best;
+  for (int round = 0; round < rounds && Clock::now() <= deadline; round++) {
+    Result<Schedule> s = list_schedule(p, list_rules);
+    if (!s.ok()) break;
+    if (offload_share > 0) s.value = add_offloads(p, s.value, kReloadLead, offload_share);
+    SimResult sim = simulate(p, s.value, {.op_times = false, .any_timing = false});
+    if (!sim.ok()) break;
+    const Score sc = score_of(p, sim.timeline, objective);
+    if (round == 0 || sc < best.score) best = {std::move(s.value), sc};
+    bool moved = false;
+    for (int d = 0; d < p.num_devices; d++) {
+      const int64_t slack = p.devices[d].mem_budget_bytes - sim.timeline.devices[d].peak_bytes;
+      list_rules.max_act_bytes[d] += static_cast<double>(slack);
+      moved = moved || slack != 0;
+    }
+    if (!moved) break;
+  }
+  return best;
+}
 
 std::vector<Start> make_starts(const Problem& p, const std::vector<Frugal>& frugal, std::vector<FamilyRun>& runs,
                                const ScheduleRules& rules, Objective objective, Clock::time_point greedy_deadline,

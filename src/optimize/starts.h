@@ -30,6 +30,18 @@ std::vector<Start> make_starts(const Problem& p, const std::vector<Frugal>& frug
                                std::chrono::steady_clock::time_point greedy_deadline,
                                std::chrono::steady_clock::time_point deadline, bool* out_of_time);
 
+// The greedy list schedule under per-device byte limits (ListRules::max_act_bytes), with
+// `offload_share` of its activations offloaded (add_offloads, every 1/share-th whose lifespan
+// covers the round trip): the limits start that share above each device's budget and, round by
+// round, move by what the simulated peak left free or overflowed. The best of at most `rounds`
+// by nominal score; an empty schedule when none ran (the deadline passed, or the greedy failed).
+struct FilledGreedy {
+  Schedule schedule;
+  Score score;
+};
+FilledGreedy filled_greedy(const Problem& p, bool reserve_later_chunks, double offload_share, int rounds,
+                           Objective objective, std::chrono::steady_clock::time_point deadline);
+
 // Schedules of more ops than this are repaired every overflow per simulation, not one peak.
 constexpr size_t kLargeScheduleOps = 20000;
 
