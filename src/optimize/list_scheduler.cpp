@@ -94,8 +94,9 @@ struct Greedy {
 
   static Op W(int s, int i) { return Op{OpKind::kW, s, i}; }
 
-  // Whether the limit lets device d run a forward of stage s: with reservations, a first chunk
-  // takes a slot for each of the device's chunks, and a later chunk uses one taken for it.
+  // Whether the limits let device d run a forward of stage s: with reservations, a first chunk
+  // takes a slot (and the bytes) for each of the device's chunks, and a later chunk uses one
+  // taken for it.
   bool admits(int d, int s) const {
     const double f_bytes = static_cast<double>(p.stages[s].act_f_bytes);
     if (!rules.reserve_later_chunks)
