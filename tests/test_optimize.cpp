@@ -202,14 +202,19 @@ int most_live(const DeviceSchedule& ds) {
 // a device full of first chunks cannot run the later chunks whose backwards would free it: the
 // greedy then falls back to running forwards past its limit. Reserving slots for the later chunks
 // keeps every device within its limit, and on a V-shape the pipeline moving.
+// A uniform problem of D devices and M microbatches on a placement of v chunks per device.
+Problem uniform_placed(int devices, int microbatches, Placement placement, int v) {
+  UniformSpec u;
+  u.num_devices = devices;
+  u.num_microbatches = microbatches;
+  u.placement = placement;
+  u.chunks_per_device = v;
+  return make_uniform_problem(u);
+}
+
 TEST(ListScheduler, ReservingLaterChunksKeepsTheLimit) {
   for (auto [placement, v] : {std::pair{Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
-    UniformSpec u;
-    u.num_devices = 8;
-    u.num_microbatches = 32;
-    u.placement = placement;
-    u.chunks_per_device = v;
-    const Problem p = make_uniform_problem(u);
+    const Problem p = uniform_placed(8, 32, placement, v);
     const int limit = p.num_devices;  // an unconstrained pipeline keeps up to 2·D·v
     ListRules plain;
     plain.max_live.assign(p.num_devices, limit);
@@ -237,12 +242,7 @@ TEST(ListScheduler, ReservingLaterChunksKeepsTheLimit) {
 // it still needs, so the same budget as a count of whole activations runs no slower.
 TEST(ListScheduler, ByteLimitKeepsTheSimulatedPeak) {
   for (auto [placement, v] : {std::pair{Placement::kLinear, 1}, {Placement::kVShape, 2}}) {
-    UniformSpec u;
-    u.num_devices = 6;
-    u.num_microbatches = 24;
-    u.placement = placement;
-    u.chunks_per_device = v;
-    const Problem p = make_uniform_problem(u);
+    const Problem p = uniform_placed(6, 24, placement, v);
     const int whole = p.num_devices;  // activations: about half of what the pipeline keeps unconstrained
     const double cap_bytes = whole * static_cast<double>(p.stages[0].act_f_bytes);
     ListRules by_bytes, by_count, unlimited;
