@@ -229,9 +229,13 @@ FilledGreedy filled_greedy(const Problem& p, bool reserve_later_chunks, double o
     if (!sim.ok()) break;
     const Score sc = score_of(p, sim.timeline, objective);
     if (round == 0 || sc < best.score) best = {std::move(s.value), sc};
+    // After two rounds a limit only comes down: raised and lowered alike, the limits can go round
+    // a fit without landing on it (D = 32, M = 128, a quarter offloaded: over on 1–3 devices in
+    // every round after the first; lowered only: fits from the fifth, 4.165 s).
     bool moved = false;
     for (int d = 0; d < p.num_devices; d++) {
       const int64_t slack = p.devices[d].mem_budget_bytes - sim.timeline.devices[d].peak_bytes;
+      if (round >= 2 && slack > 0) continue;
       list_rules.max_act_bytes[d] += static_cast<double>(slack);
       moved = moved || slack != 0;
     }
