@@ -43,7 +43,6 @@ struct Placed {
   Placement placement;
   int v;
   Result<Problem> problem;
-  std::vector<int> limits;  // descending
 };
 
 std::string greedy_name(const Placed& pl) {
@@ -57,7 +56,7 @@ std::vector<Placed> common_placements(const Problem& p, const ScheduleRules& rul
   for (const auto& [placement, v] :
        {std::pair{Placement::kLinear, 1}, {Placement::kVShape, 2}, {Placement::kInterleaved, interleaved_v}}) {
     if (!rules.allows_placement(placement, v) || (placement == Placement::kInterleaved && v < 2)) continue;
-    Placed pl{placement, v, rechunk(p, placement, v), {}};
+    Placed pl{placement, v, rechunk(p, placement, v)};
     if (pl.problem.ok()) placed.push_back(std::move(pl));
   }
   return placed;
@@ -100,22 +99,24 @@ void add_filled_greedy_starts(const std::vector<Placed>& placed, const ScheduleR
 // in between. Where a device holds several chunks, each limit with and without slots reserved for
 // a microbatch's later chunks (neither is better everywhere). The largest limits come first, on
 // every placement, as they are the fastest once offloaded.
-void add_greedy_starts(std::vector<Placed>& placed, const Problem& p, const ScheduleRules& rules,
+void add_greedy_starts(const std::vector<Placed>& placed, const Problem& p, const ScheduleRules& rules,
                        const Scoring& scoring, Clock::time_point deadline, bool* out_of_time,
                        std::vector<Start>* starts) {
+  std::vector<std::vector<int>> limits(placed.size());  // per placement, descending
   size_t most_limits = 0;
-  for (Placed& pl : placed) {
-    const int v = pl.v;
+  for (size_t j = 0; j < placed.size(); j++) {
+    const int v = placed[j].v;
     const int most = std::min(p.num_microbatches * v, 2 * p.num_devices * v);
     for (int k = 1;; k = std::min(most, k + std::max(1, k / 4))) {
-      pl.limits.insert(pl.limits.begin(), k);
+      limits[j].insert(limits[j].begin(), k);
       if (k == most) break;
     }
-    most_limits = std::max(most_limits, pl.limits.size());
+    most_limits = std::max(most_limits, limits[j].size());
   }
   for (size_t i = 0; i < most_limits; i++) {
-    for (const Placed& pl : placed) {
-      if (i >= pl.limits.size()) continue;
+    for (size_t j = 0; j < placed.size(); j++) {
+      const Placed& pl = placed[j];
+      if (i >= limits[j].size()) continue;
       for (bool reserve : {false, true}) {
         if (reserve && pl.v == 1) continue;  // one chunk per device: nothing to reserve
         for (bool split : {true, false}) {
@@ -124,12 +125,12 @@ void add_greedy_starts(std::vector<Placed>& placed, const Problem& p, const Sche
             return;
           }
           ListRules list_rules;
-          list_rules.max_live.assign(p.num_devices, pl.limits[i]);
+          list_rules.max_live.assign(p.num_devices, limits[j][i]);
           list_rules.split_backward = split;
           list_rules.reserve_later_chunks = reserve;
           Result<Schedule> s = list_schedule(pl.problem.value, list_rules);
           if (!s.ok()) continue;
-          add_start(greedy_name(pl) + " live≤" + std::to_string(pl.limits[i]) + (reserve ? " reserved" : "") +
+          add_start(greedy_name(pl) + " live≤" + std::to_string(limits[j][i]) + (reserve ? " reserved" : "") +
                         (split ? "" : " fused"),
                     {pl.problem.value, std::move(s.value)}, rules, scoring, deadline, starts);
         }
@@ -256,12 +257,12 @@ std::vector<Start> make_starts(const Problem& p, const std::vector<Frugal>& frug
       add_start(run.label, std::move(run.built), rules, scoring, deadline, &starts, &scored);
     }
   *out_of_time = Clock::now() > deadline;
-  std::vector<Placed> placed = common_placements(p, rules);
+  const std::vector<Placed> placed = common_placements(p, rules);
   // The byte-limited ones first, but with a quarter of the time left for greedy starts: on a large
   // problem the count-limited ones would use it all, and on a smaller one they find what these miss.
   const Clock::time_point filled_deadline = Clock::now() + (greedy_deadline - Clock::now()) / 4;
   if (!*out_of_time) add_filled_greedy_starts(placed, rules, scoring, objective, filled_deadline, out_of_time, &starts);
-  *out_of_time = Clock::now() > deadline;
+  *out_of_time = Clock::now() > deadline;  // their own deadline cutting them short is not the caller's
   if (!*out_of_time) add_greedy_starts(placed, p, rules, scoring, greedy_deadline, out_of_time, &starts);
   if (starts.empty()) return starts;
   add_repaired_starts(rules, scoring, deadline, out_of_time, &starts);

@@ -34,8 +34,8 @@ std::vector<Start> make_starts(const Problem& p, const std::vector<Frugal>& frug
 // `offload_share` of its activations offloaded (add_offloads, every 1/share-th whose lifespan
 // covers the round trip): the limits start that share above each device's budget and, round by
 // round, move by what the simulated peak left free or overflowed (from the third round, only
-// down). The best of at most `rounds`
-// by nominal score; an empty schedule when none ran (the deadline passed, or the greedy failed).
+// down). The best of at most `rounds` by nominal score; an empty schedule when none ran (the
+// deadline passed, or the greedy failed).
 struct FilledGreedy {
   Schedule schedule;
   Score score;
