@@ -63,11 +63,12 @@ class Sim {
            op.microbatch >= 0 && op.microbatch < M_;
   }
   Status add_reload(int d, const ReloadEntry& r);
-  // Per stage and kind, looked up on the hot path: duration, and the bytes an op allocates at
-  // its start and frees at its end (for F, [2] is the end when the stage's R follows).
-  double stage_duration(const Op& op) const { return stage_dur_[static_cast<int>(op.kind) * S_ + op.stage]; }
+  // Per stage and kind (stage_dur_, stage_delta_ by this index), looked up when the queues are
+  // built: duration, and the bytes an op allocates at its start and frees at its end (for F, [2]
+  // is the end when the stage's R follows).
+  int stage_at(const Op& op) const { return static_cast<int>(op.kind) * S_ + op.stage; }
   int64_t delta(const Op& op, bool at_start, bool recomputed) const {
-    const int64_t* d = &stage_delta_[3 * (static_cast<int>(op.kind) * S_ + op.stage)];
+    const int64_t* d = &stage_delta_[3 * stage_at(op)];
     return at_start ? d[0] : recomputed ? d[2] : d[1];
   }
   // The hot path's three, inlined into advance() and the placing loops (all in placement.cpp,

@@ -25,7 +25,7 @@ namespace sim_detail {
   present_[i] = 1;
   queue_ops_[num_ops_] = i;
   queue_op_[num_ops_] = op;
-  const int at = static_cast<int>(op.kind) * S_ + op.stage;  // into the per-stage tables
+  const int at = stage_at(op);
   queue_dur_[num_ops_] = factors_ ? stage_dur_[at] * (*factors_)[i] : stage_dur_[at];
   queue_delta_[2 * num_ops_] = stage_delta_[3 * at];
   queue_delta_[2 * num_ops_ + 1] = stage_delta_[3 * at + 1];
