@@ -159,6 +159,47 @@ TEST(Optimize, ASearchPastItsDeadlineEvaluatesNothing) {
   EXPECT_EQ(stopped.best.num_ops(), start.value.schedule.num_ops());
 }
 
+// A tiled move repeats its change wherever the device's order repeats the window k microbatches
+// on: every period of a steady state, never into a warm-up or cool-down whose ops differ, never
+// onto a window that overlaps the last.
+TEST(Search, WindowRepeatsAreTheSteadyStatesPeriods) {
+  auto f = [](int mb) { return Op{OpKind::kF, 0, mb}; };
+  auto bw = [](int mb) { return Op{OpKind::kBW, 0, mb}; };
+  // Warm-up F0 F1, steady (B k, F k+2) for k = 0..2, cool-down B3 B4.
+  const std::vector<Op> ops{f(0), f(1), bw(0), f(2), bw(1), f(3), bw(2), f(4), bw(3), bw(4)};
+  EXPECT_EQ(window_repeats(ops, 4, 5, 5), (std::vector<int>{2, -2}));    // (B1 F3): B2 F4 on, B0 F2 back
+  EXPECT_EQ(window_repeats(ops, 1, 2, 5), (std::vector<int>{2, 4, 6}));  // (F1 B0); F0 has no B-1
+  EXPECT_TRUE(window_repeats(ops, 1, 3, 5).empty());                     // (F1 B0 F2): F2 B1 F3 overlaps
+
+  // 1F1B's device 0 at M = 16: the offsets are exactly the windows that recur one microbatch
+  // step after another, found by brute force.
+  UniformSpec u;
+  u.num_devices = 4;
+  u.num_microbatches = 16;
+  Result<FamilySchedule> fam = build_family(*find_family("1f1b"), make_uniform_problem(u));
+  ASSERT_TRUE(fam.ok());
+  const std::vector<Op>& dev0 = fam.value.schedule.devices[0].compute;
+  const int lo = find_op(dev0, Op{OpKind::kBW, 0, 5}), hi = lo + 1;
+  ASSERT_GE(lo, 0);
+  auto recurs = [&](int t, int k) {
+    for (int u = 0; u <= hi - lo; u++) {
+      const Op& a = dev0[lo + u];
+      if (t + u >= static_cast<int>(dev0.size()) || !(dev0[t + u] == Op{a.kind, a.stage, a.microbatch + k}))
+        return false;
+    }
+    return true;
+  };
+  std::vector<int> expected;
+  for (const int dir : {1, -1})
+    for (int k = dir;; k += dir) {
+      const int t = find_op(dev0, Op{dev0[lo].kind, 0, dev0[lo].microbatch + k});
+      if (t < 0 || !recurs(t, k)) break;
+      expected.push_back(t - lo);
+    }
+  EXPECT_EQ(window_repeats(dev0, lo, hi, 16), expected);
+  EXPECT_GE(expected.size(), 8u);  // the steady state holds most of the 16 microbatches
+}
+
 // However short the limit, every family as published is considered (their practitioner tunings
 // only as the limit allows) unless the families alone outlast it by a quarter second: on a large
 // problem whose repairs alone outlast the limit, the answer still fits and is no slower than the
