@@ -34,14 +34,18 @@ std::vector<Start> make_starts(const Problem& p, const std::vector<Frugal>& frug
 // `offload_share` of its activations offloaded (add_offloads, every 1/share-th whose lifespan
 // covers the round trip): the limits start that share above each device's budget and, round by
 // round, move by what the simulated peak left free or overflowed (from the third round, only
-// down). The best of at most `rounds` by nominal score; an empty schedule when none ran (the
-// deadline passed, or the greedy failed).
+// down). A round over the budget is also repaired (repair_memory, as `rules` allow), and the
+// repaired schedule competes too: where the limits circle a fit, a round one activation over
+// repairs at little cost. The best of at most `rounds` by nominal score; an empty schedule when
+// none ran (the deadline passed, or the greedy failed).
 struct FilledGreedy {
   Schedule schedule;
   Score score;
+  bool repaired = false;  // the best is a repaired round
 };
 FilledGreedy filled_greedy(const Problem& p, bool reserve_later_chunks, double offload_share, int rounds,
-                           Objective objective, std::chrono::steady_clock::time_point deadline);
+                           Objective objective, std::chrono::steady_clock::time_point deadline,
+                           const ScheduleRules& rules = {});
 
 // Schedules of more ops than this are repaired every overflow per simulation, not one peak.
 constexpr size_t kLargeScheduleOps = 20000;
