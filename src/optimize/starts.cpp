@@ -67,33 +67,36 @@ std::vector<Placed> common_placements(const Problem& p, const ScheduleRules& rul
 // reservation for a microbatch's later chunks as held, so a device's real peak stays below its
 // limit. Where offloads are allowed, also with an eighth and a quarter of the activations
 // offloaded: the greedy then runs as far ahead as the offloads make room for (D = 64, M = 512:
-// 15.98 s with a quarter against 16.2 s without).
+// 15.98 s with a quarter against 16.2 s without). Then, on every placement again while there is
+// time, half and all of them offloaded (u-d8-m32-tight-scarce, 4 activations of room and a slow
+// link: 4.08 s with all, 4.11 s before; at D = 64, M = 512 they take 2–7 s each and lose).
 void add_filled_greedy_starts(const std::vector<Placed>& placed, const ScheduleRules& rules, const Scoring& scoring,
                               Objective objective, Clock::time_point deadline, bool* out_of_time,
                               std::vector<Start>* starts) {
   constexpr int kFillRounds = 8;  // D = 64, M = 128: the sixth round repaired best
-  for (const Placed& pl : placed) {
-    for (bool reserve : {false, true}) {
-      if (reserve && pl.v == 1) continue;  // one chunk per device: nothing to reserve
-      // Without reservations a V-shape's devices fill up with first chunks where the budget binds.
-      if (!reserve && pl.placement == Placement::kVShape) continue;
-      for (double offload_share : {0.0, 0.125, 0.25}) {
-        if (offload_share > 0 && !rules.offload) continue;
-        if (Clock::now() > deadline) {
-          *out_of_time = true;
-          return;
+  for (const std::vector<double>& offload_shares : {std::vector<double>{0, 0.125, 0.25}, {0.5, 1}})
+    for (const Placed& pl : placed) {
+      for (bool reserve : {false, true}) {
+        if (reserve && pl.v == 1) continue;  // one chunk per device: nothing to reserve
+        // Without reservations a V-shape's devices fill up with first chunks where the budget binds.
+        if (!reserve && pl.placement == Placement::kVShape) continue;
+        for (double offload_share : offload_shares) {
+          if (offload_share > 0 && !rules.offload) continue;
+          if (Clock::now() > deadline) {
+            *out_of_time = true;
+            return;
+          }
+          FilledGreedy filled =
+              filled_greedy(pl.problem.value, reserve, offload_share, kFillRounds, objective, deadline, rules);
+          if (filled.schedule.devices.empty()) continue;
+          const int percent = static_cast<int>(std::lround(100 * offload_share));
+          add_start(greedy_name(pl) + " filled" + (reserve ? " reserved" : "") +
+                        (percent > 0 ? " +offload " + std::to_string(percent) + "%" : "") +
+                        (filled.repaired ? " +repair" : ""),
+                    {pl.problem.value, std::move(filled.schedule)}, rules, scoring, deadline, starts, &filled.score);
         }
-        FilledGreedy filled =
-            filled_greedy(pl.problem.value, reserve, offload_share, kFillRounds, objective, deadline, rules);
-        if (filled.schedule.devices.empty()) continue;
-        const int percent = static_cast<int>(std::lround(100 * offload_share));
-        add_start(greedy_name(pl) + " filled" + (reserve ? " reserved" : "") +
-                      (percent > 0 ? " +offload " + std::to_string(percent) + "%" : "") +
-                      (filled.repaired ? " +repair" : ""),
-                  {pl.problem.value, std::move(filled.schedule)}, rules, scoring, deadline, starts, &filled.score);
       }
     }
-  }
 }
 
 // Greedy list schedules on the common placements, under activation limits from what an
