@@ -47,7 +47,7 @@ void print_optimized(const Problem& input, const OptimizeOptions& options, const
     if (span) std::printf("longest span %s\n", format_us(t.max_span_us).c_str());
     std::printf("lower bound %s%s, gap %.1f%%: %s\n", format_us(r.lower_bound_us).c_str(), span ? " (span)" : "",
                 100 * r.gap, outcome_name(r.outcome));
-    if (const std::string line = placement_gap_line(r); !line.empty()) std::printf("%s\n", line.c_str());
+    std::printf("%s", gap_detail_lines(r).c_str());
     std::printf("%s\n", timing_line(options, r).c_str());
     if (const std::string line = partition_line(r); !line.empty()) std::printf("%s\n", line.c_str());
   } else {

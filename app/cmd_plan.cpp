@@ -169,7 +169,7 @@ void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const Optimize
     std::printf("optimized: %s from %s; %s\n",
                 placement_label(r.problem.placement, r.problem.chunks_per_device).c_str(), r.stats.start_family.c_str(),
                 vs.c_str());
-    if (const std::string line = placement_gap_line(r); !line.empty()) std::printf("%s\n", line.c_str());
+    std::printf("%s", gap_detail_lines(r).c_str());
     std::printf("%s\n", timing_line(options, r).c_str());
     if (const std::string line = partition_line(r); !line.empty()) std::printf("%s\n", line.c_str());
     if (!a.out_path.empty()) std::printf("wrote %s\n", a.out_path.c_str());

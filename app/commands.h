@@ -97,8 +97,9 @@ std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult
 // "partition: layers per stage E+5 5 5 … 5+H (3 items moved by the optimizer)", or empty for a
 // problem without layers.
 std::string partition_line(const OptimizeResult& r);
-// "gap within its placement (linear v1): 3.4%, bound 1.23 s; the rest is another placement's bound",
-// or "" when the answer's placement holds the whole gap.
-std::string placement_gap_line(const OptimizeResult& r);
+// Where the gap lies, a line each: "gap within its placement (linear v1): 3.4% to its bound 1.23 s; ..."
+// when another placement's weaker bound holds part of it, "gap within its cut of the layers: ..."
+// when the bound over the cuts not taken does; "" when the answer's own cut holds the whole gap.
+std::string gap_detail_lines(const OptimizeResult& r);
 
 }  // namespace optpipe

@@ -291,6 +291,7 @@ TEST(Partition, PracticeRulesCutAsTheFrameworksDo) {
 TEST(Partition, PinnedPartitionsStayAndTheFreeBoundHolds) {
   const Problem base = llama_13b(8);
   std::mt19937 rng(26);
+  int own_cut_tighter = 0;
   for (int trial = 0; trial < 4; trial++) {
     const std::vector<int> counts = random_counts(rng, static_cast<int>(base.layers.size()), 8);
     Result<Problem> pinned = with_partition(base, counts);
@@ -304,13 +305,21 @@ TEST(Partition, PinnedPartitionsStayAndTheFreeBoundHolds) {
     ASSERT_TRUE(fixed.status.ok()) << fixed.status.message;
     ASSERT_NE(fixed.outcome, Outcome::kInfeasible);
     EXPECT_EQ(items_per_stage(fixed.problem), counts);  // no move, repair or start changed it
+    EXPECT_EQ(fixed.cut_gap, fixed.placement_gap);      // pinned, its cut is the only one
     // The free bound holds for every partition: below this optimized makespan on this one.
     o.rules.fixed_partition = false;
     OptimizeResult free = optimize(q, o);
     ASSERT_TRUE(free.status.ok());
     EXPECT_LE(free.lower_bound_us, fixed.timeline.makespan_us) << "trial " << trial;
     EXPECT_LE(free.timeline.makespan_us, fixed.timeline.makespan_us * (1 + 1e-9) + 1) << "free no worse than pinned";
+    // The answer's own cut's bound is that cut's: at or above the bound over every cut, at or
+    // below the answer.
+    EXPECT_GE(free.cut_lower_bound_us, makespan_lower_bound(free.problem) * (1 - 1e-12));
+    EXPECT_GE(free.cut_lower_bound_us, free.placement_lower_bound_us);
+    EXPECT_LE(free.cut_lower_bound_us, free.timeline.makespan_us * (1 + 1e-12));
+    own_cut_tighter += free.cut_lower_bound_us > free.placement_lower_bound_us;
   }
+  EXPECT_GT(own_cut_tighter, 0) << "the bound over every cut is below one cut's";
 }
 
 // The bound over every partition sees memory: on small random models (every partition

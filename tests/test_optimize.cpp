@@ -61,6 +61,13 @@ testing::AssertionResult is_checked(const OptimizeResult& r) {
     return testing::AssertionFailure() << "placement bound " << r.placement_lower_bound_us << " µs (gap "
                                        << r.placement_gap << ") against bound " << r.lower_bound_us << " (gap " << r.gap
                                        << ") and makespan " << r.timeline.makespan_us;
+  // And the answer's own cut's bound between that and the makespan.
+  if (r.outcome != Outcome::kInfeasible &&
+      (r.cut_lower_bound_us < r.placement_lower_bound_us || r.cut_lower_bound_us > r.timeline.makespan_us + 1e-6 ||
+       r.cut_gap > r.placement_gap + 1e-12))
+    return testing::AssertionFailure() << "cut bound " << r.cut_lower_bound_us << " µs (gap " << r.cut_gap
+                                       << ") against placement bound " << r.placement_lower_bound_us << " (gap "
+                                       << r.placement_gap << ") and makespan " << r.timeline.makespan_us;
   if (r.needed_budget_bytes.size() != r.problem.devices.size())
     return testing::AssertionFailure() << r.needed_budget_bytes.size() << " needed budgets for "
                                        << r.problem.devices.size() << " devices";

@@ -145,6 +145,11 @@ struct [[nodiscard]] OptimizeResult {
   // gap that is mostly another placement's weaker bound shows here as a smaller placement_gap.
   double placement_lower_bound_us = 0;
   double placement_gap = 0;
+  // The same for the answer's own cut of the layers into stages. With the partition searched the
+  // placement's bound holds over every cut, so a gap mostly from the cuts the answer did not take
+  // shows here as a smaller cut_gap: the schedule is that close to the best order on its cut.
+  double cut_lower_bound_us = 0;
+  double cut_gap = 0;
   // Per device: the budget the returned schedule needs (its peak; under any timing, its worst
   // case), a proven lower bound on what any schedule of the placements searched needs, and what
   // the frugal schedule needs under any timing (one microbatch in flight, every chunk but a

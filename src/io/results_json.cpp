@@ -139,6 +139,8 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
   j["gap"] = r.gap;
   j["placement_lower_bound_us"] = r.placement_lower_bound_us;
   j["placement_gap"] = r.placement_gap;
+  j["cut_lower_bound_us"] = r.cut_lower_bound_us;
+  j["cut_gap"] = r.cut_gap;
   j["placement"] = placement_name(r.problem.placement);
   j["chunks_per_device"] = r.problem.chunks_per_device;
   j["objective"] = objective_name(options.objective);

@@ -174,6 +174,10 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, const
   const double value = objective_us(out.timeline, options.objective);
   out.gap = value > 0 ? std::max(0.0, (value - bound_us) / value) : 0;
   out.placement_gap = value > 0 ? std::max(0.0, (value - out.placement_lower_bound_us) / value) : 0;
+  // The answer's own cut's bound: lower_bound_for on its problem holds for that cut alone.
+  out.cut_lower_bound_us = std::max(out.placement_lower_bound_us,
+                                    fits ? lower_bound_for(out.problem, true, options.objective, options.rules) : 0.0);
+  out.cut_gap = value > 0 ? std::max(0.0, (value - out.cut_lower_bound_us) / value) : 0;
   out.outcome = !fits ? Outcome::kInfeasible : value <= bound_us * (1 + 1e-12) ? Outcome::kOptimal : Outcome::kFeasible;
 }
 
