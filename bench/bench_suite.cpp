@@ -164,8 +164,8 @@ Result<Row> run_instance(const std::string& name, const json& spec, const Proble
 void print_summary(const std::vector<Row>& rows, int noise_samples) {
   int compared = 0, not_worse = 0, only_optimizer_fits = 0;
   std::vector<double> vs_tuned, vs_published, cut_vs_published;
-  std::vector<double> cut_limited, cut_rich, work_cut_limited, work_cut_rich, vs_offload, gaps, placement_gaps, cut_gaps,
-      walls;
+  std::vector<double> cut_limited, cut_rich, work_cut_limited, work_cut_rich, vs_offload, gaps, placement_gaps,
+      cut_gaps, walls;
   for (const Row& r : rows) {
     const bool fits = r.outcome != "infeasible";
     walls.push_back(r.wall_s);
@@ -284,13 +284,12 @@ void write_results(const std::vector<Row>& rows, const SuiteArgs& a) {
                        {"safe_family", r.safe_family},
                        {"optimized_p95_us", {r.optimized_p95_us[0], r.optimized_p95_us[1]}},
                        {"safe_family_p95_us", {r.safe_family_p95_us[0], r.safe_family_p95_us[1]}}});
-    csv +=
-        fmt::format("{},{},{},{},{},{},{},{},{},{},{:.4f},{},{:.4f},{:.4f},{:.4f},{:.2f},{},{},{:.4f},{},{},{},{},{},{},{}\n",
-                    r.name, r.devices, r.microbatches, r.budget, r.memory_limited, r.baseline, r.baseline_us,
-                    r.pipeoffload_us, r.outcome, r.optimized_us, cut, r.bound_us, r.gap, r.placement_gap, r.cut_gap, r.wall_s,
-                    r.evaluations, r.stopped_by_time, work_cut, r.optimized_any_timing, r.families_nominal_only,
-                    r.safe_family, r.optimized_p95_us[0], r.safe_family_p95_us[0], r.optimized_p95_us[1],
-                    r.safe_family_p95_us[1]);
+    csv += fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{:.4f},{},{:.4f},{:.4f},{:.4f},{:.2f},{},{},{:.4f},{},{},{},{},{},{},{}\n",
+        r.name, r.devices, r.microbatches, r.budget, r.memory_limited, r.baseline, r.baseline_us, r.pipeoffload_us,
+        r.outcome, r.optimized_us, cut, r.bound_us, r.gap, r.placement_gap, r.cut_gap, r.wall_s, r.evaluations,
+        r.stopped_by_time, work_cut, r.optimized_any_timing, r.families_nominal_only, r.safe_family,
+        r.optimized_p95_us[0], r.safe_family_p95_us[0], r.optimized_p95_us[1], r.safe_family_p95_us[1]);
   }
   if (!out_path.empty()) {
     json doc = {{"suite", suite_path},
