@@ -409,6 +409,34 @@ TEST(Partition, TheFreeBoundIsBelowEveryPartitionsBound) {
   EXPECT_GT(stopped_lower, 0);
 }
 
+// With the partition free the exact models' proofs hold for the cut they ran on: they tell the
+// answer's own cut (cut_gap) where the bound over every cut cannot (gap).
+TEST(Partition, TheExactModelsProveTheAnswersOwnCut) {
+  std::mt19937 rng(30);
+  int cut_proven = 0, tried = 0;
+  for (int trial = 0; trial < 40 && tried < 6; trial++) {
+    std::vector<std::vector<int>> cuts;
+    Problem p = random_layered_problem(rng, Placement::kLinear, &cuts);
+    p.num_microbatches = std::min(p.num_microbatches, 4);
+    OptimizeOptions o = by_evaluations(2000, static_cast<uint64_t>(trial), 1);
+    o.time_limit_s = 3;
+    o.rules.placements = {Placement::kLinear};
+    const OptimizeResult heuristic = optimize(p, o);
+    if (!heuristic.status.ok() || heuristic.outcome != Outcome::kFeasible || heuristic.cut_gap == 0) continue;  // static memory alone over budget, or nothing to prove
+    tried++;
+    o.exact = true;
+    const OptimizeResult r = optimize(p, o);
+    ASSERT_TRUE(r.status.ok()) << r.status.message;
+    ASSERT_NE(r.outcome, Outcome::kInfeasible);
+    EXPECT_GE(r.stats.exact_solves, 1);
+    EXPECT_LE(r.cut_lower_bound_us, r.timeline.makespan_us * (1 + 1e-9)) << "trial " << trial;
+    EXPECT_GE(r.cut_lower_bound_us, makespan_lower_bound(r.problem) * (1 - 1e-12)) << "trial " << trial;
+    cut_proven += r.cut_gap < 1e-9 && r.gap > 1e-3;
+  }
+  EXPECT_GE(tried, 3);
+  EXPECT_GT(cut_proven, 0) << "of " << tried;
+}
+
 // The cuts the families also start from: lighter_first keeps each device's load and puts the
 // fewer items on its first stage; the pair bound's cut has a bound of its own within 1% of the
 // least any cut has (as the pair bound prices it).

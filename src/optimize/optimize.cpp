@@ -123,9 +123,10 @@ Placements placements_of(const std::vector<Start>& starts, int num_searches, con
 }
 
 // The winner gated (with any_timing), checked and simulated once more, the way everything optpipe
-// reports is; then its figures, bound, gap and outcome.
+// reports is; then its figures, bound, gap and outcome. `cut_proof_us`: a bound the exact models
+// proved for the answer's own cut alone (0: none).
 void finish(const OptimizeOptions& options, Clock::time_point prune_until, const Placements& placements,
-            OptimizeResult& out) {
+            double cut_proof_us, OptimizeResult& out) {
   // The partition travels with the schedule, so that it is read back on the problem it was made for.
   out.schedule.items_per_stage = layers_match(out.problem) ? items_per_stage(out.problem) : std::vector<int>{};
   double ungated_us = 0;
@@ -174,9 +175,11 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, const
   const double value = objective_us(out.timeline, options.objective);
   out.gap = value > 0 ? std::max(0.0, (value - bound_us) / value) : 0;
   out.placement_gap = value > 0 ? std::max(0.0, (value - out.placement_lower_bound_us) / value) : 0;
-  // The answer's own cut's bound: lower_bound_for on its problem holds for that cut alone.
-  out.cut_lower_bound_us = std::max(out.placement_lower_bound_us,
-                                    fits ? lower_bound_for(out.problem, true, options.objective, options.rules) : 0.0);
+  // The answer's own cut's bound: lower_bound_for on its problem, and the exact models' proofs for
+  // it, hold for that cut alone.
+  out.cut_lower_bound_us =
+      std::max({out.placement_lower_bound_us, cut_proof_us,
+                fits ? lower_bound_for(out.problem, true, options.objective, options.rules) : 0.0});
   out.cut_gap = value > 0 ? std::max(0.0, (value - out.cut_lower_bound_us) / value) : 0;
   out.outcome = !fits ? Outcome::kInfeasible : value <= bound_us * (1 + 1e-12) ? Outcome::kOptimal : Outcome::kFeasible;
 }
@@ -441,11 +444,13 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   if (repartition && layers_match(out.problem))
     search_partition(options, by_time, race.budget / 4, before_end(search_share), placements.noise_for(out.problem),
                      &out.problem, &searched, &out.stats);
+  double cut_proof_us = 0;  // a bound for out.problem's partition alone
   if (lns) {
     const double bound_us =
         run_lns(options, out.problem, placements.bound(), before_end(kSearchShare), &searched, &out.stats);
     // Its bound holds for the problem's partition only.
     if (!repartition) placements.raise_bound(out.problem, bound_us);
+    cut_proof_us = bound_us;
     // What CP-SAT gave back (it stops early where the whole model improves nothing) goes to the
     // local search, from the winner.
     if (Clock::now() < before_end(kSearchShare) &&
@@ -471,10 +476,15 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   if (options.exact) {
     const std::vector<double> free_bounds = placements.bounds;
     run_exact(options, t0, &placements.problems, &placements.bounds, &out);
-    // The exact models' bounds hold for their problem's partition only.
+    // The exact models' bounds hold for their problem's partition only: the answer's where it is
+    // that placement's.
+    for (size_t k = 0; k < placements.problems.size(); k++)
+      if (same_placement(*placements.problems[k], out.problem) &&
+          items_per_stage(*placements.problems[k]) == items_per_stage(out.problem))
+        cut_proof_us = std::max(cut_proof_us, placements.bounds[k]);
     if (repartition) placements.bounds = free_bounds;
   }
-  finish(options, before_end(kPruneUntil), placements, out);
+  finish(options, before_end(kPruneUntil), placements, cut_proof_us, out);
   // Every step after the search keeps a fitting answer fitting, or is undone: the tidied schedule
   // without the exact models' change, then the search's own winner.
   const bool search_fits = searched.best_score.overflow_bytes == 0;
@@ -482,7 +492,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     if (!search_fits || out.outcome != Outcome::kInfeasible) break;
     out.schedule = *undo;
     if (undo == &searched.best) out.stats.recomputes_dropped = out.stats.offloads_dropped = 0;
-    finish(options, before_end(kPruneUntil), placements, out);
+    finish(options, before_end(kPruneUntil), placements, cut_proof_us, out);
   }
   // The invariant: a fitting candidate means a fitting answer, no slower than that candidate.
   OPTPIPE_CHECK(!search_fits || out.outcome != Outcome::kInfeasible,
