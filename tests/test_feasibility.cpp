@@ -422,7 +422,8 @@ TEST(Partition, TheExactModelsProveTheAnswersOwnCut) {
     o.time_limit_s = 3;
     o.rules.placements = {Placement::kLinear};
     const OptimizeResult heuristic = optimize(p, o);
-    if (!heuristic.status.ok() || heuristic.outcome != Outcome::kFeasible || heuristic.cut_gap == 0) continue;  // static memory alone over budget, or nothing to prove
+    if (!heuristic.status.ok() || heuristic.outcome != Outcome::kFeasible || heuristic.cut_gap == 0)
+      continue;  // static memory alone over budget, or nothing to prove
     tried++;
     o.exact = true;
     const OptimizeResult r = optimize(p, o);
