@@ -173,14 +173,15 @@ void finish(const OptimizeOptions& options, Clock::time_point prune_until, const
   out.lower_bound_us = bound_us;
   out.placement_lower_bound_us = placements.bound_of(out.problem);
   const double value = objective_us(out.timeline, options.objective);
-  out.gap = value > 0 ? std::max(0.0, (value - bound_us) / value) : 0;
-  out.placement_gap = value > 0 ? std::max(0.0, (value - out.placement_lower_bound_us) / value) : 0;
+  auto gap_to = [&](double bound) { return value > 0 ? std::max(0.0, (value - bound) / value) : 0; };
+  out.gap = gap_to(bound_us);
+  out.placement_gap = gap_to(out.placement_lower_bound_us);
   // The answer's own cut's bound: lower_bound_for on its problem, and the exact models' proofs for
   // it, hold for that cut alone.
   out.cut_lower_bound_us =
       std::max({out.placement_lower_bound_us, cut_proof_us,
                 fits ? lower_bound_for(out.problem, true, options.objective, options.rules) : 0.0});
-  out.cut_gap = value > 0 ? std::max(0.0, (value - out.cut_lower_bound_us) / value) : 0;
+  out.cut_gap = gap_to(out.cut_lower_bound_us);
   out.outcome = !fits ? Outcome::kInfeasible : value <= bound_us * (1 + 1e-12) ? Outcome::kOptimal : Outcome::kFeasible;
 }
 
