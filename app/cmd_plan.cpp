@@ -104,18 +104,21 @@ struct PlanTable {
   std::vector<std::vector<std::string>> rows;
   nlohmann::json json = nlohmann::json::array();
   double best_us = 0;
+  int hidden = 0;  // runs of the JSON the text table leaves out (the interleaved families at other counts)
 
+  // in_text: also a row of the text table (else of the JSON only).
   void add(const std::string& name, const Problem& fp, const Timeline& t, bool row_fits, double bound,
-           nlohmann::json row_json = nlohmann::json::object()) {
+           nlohmann::json row_json = nlohmann::json::object(), bool in_text = true) {
     const double value = objective_us(t, objective);
     const double gap = value > 0 ? (value - bound) / value : 0;
     OPTPIPE_CHECK(gap > -1e-9, name + ": its lower bound " + std::to_string(bound) + " µs is above its " +
                                    objective_name(objective));
     const double speedup = best_us > 0 && row_fits ? best_us / value : 0;
     const bool any = fits_any_timing(fp, t);
-    rows.push_back({name, fits_cell(any, row_fits), format_us(value), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
-                    format_bytes(max_peak(t)), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-", format_us(bound),
-                    fmt::format("{:.1f}%", 100 * gap)});
+    if (in_text)
+      rows.push_back({name, fits_cell(any, row_fits), format_us(value), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
+                      format_bytes(max_peak(t)), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-",
+                      format_us(bound), fmt::format("{:.1f}%", 100 * gap)});
     row_json.update({{"schedule", name},
                      {"placement", placement_name(fp.placement)},
                      {"chunks_per_device", fp.chunks_per_device},
@@ -130,8 +133,8 @@ struct PlanTable {
                      {"gap", gap}});
     json.push_back(std::move(row_json));
   }
-  void add_not_applicable(const FamilyRun& o) {
-    rows.push_back({o.label, "n/a", "-", "-", "-", "-", "-", o.status.message});
+  void add_not_applicable(const FamilyRun& o, bool in_text) {
+    if (in_text) rows.push_back({o.label, "n/a", "-", "-", "-", "-", "-", o.status.message});
     json.push_back({{"schedule", o.label}, {"status", "not applicable"}, {"reason", o.status.message}});
   }
 };
@@ -157,6 +160,10 @@ void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const Optimize
   const std::string rules = options.rules.any() ? "rules: " + options.rules.describe() + "\n" : "";
   std::printf("%s\nproblem: %s\n%s\n%s\n", what.c_str(), problem_summary(p).c_str(), rules.c_str(),
               aligned_table(table.rows).c_str());
+  if (table.hidden > 0)
+    std::printf("interleaved families: each at its fastest chunk count; %d more run(s), at every count the layers "
+                "allow, in --json and the speed-up\n",
+                table.hidden);
   if (r.outcome != Outcome::kInfeasible) {
     const double value = objective_us(r.timeline, options.objective);
     std::string vs = best ? fmt::format("{:.3f}x the fastest family that fits ({})", table.best_us / value, best->label)
@@ -316,13 +323,16 @@ int run_plan(const PlanArgs& a, CLI::App* c) {
   const FamilyRun* best_published = fastest_fitting(runs, options.objective, /*as_published_only=*/true);
   PlanTable table(options.objective);
   table.best_us = best ? objective_us(best->timeline, options.objective) : 0;
-  for (const FamilyRun& o : runs) {
+  const std::vector<bool> shown = at_best_chunks(runs, options.objective);
+  for (size_t k = 0; k < runs.size(); k++) {
+    const FamilyRun& o = runs[k];
     if (o.status.ok())
       table.add(o.label, o.built.problem, o.timeline, o.fits,
-                lower_bound_for(o.built.problem, o.fits, options.objective), tuning_json(o));
+                lower_bound_for(o.built.problem, o.fits, options.objective), tuning_json(o), shown[k]);
     else
-      table.add_not_applicable(o);
+      table.add_not_applicable(o, shown[k]);
   }
+  table.hidden = static_cast<int>(std::count(shown.begin(), shown.end(), false));
   table.add("optimized", r.problem, r.timeline, fits,
             fits ? r.lower_bound_us : lower_bound_for(r.problem, false, options.objective));
   if (Status st = write_plan_files(a, p, r, runs); !st.ok()) return fail(st);
@@ -344,6 +354,7 @@ int run_plan(const PlanArgs& a, CLI::App* c) {
                       {"needed_budget_bytes", r.needed_budget_bytes},
                       {"budget_lower_bound_bytes", r.budget_lower_bound_bytes},
                       {"frugal_budget_bytes", r.frugal_budget_bytes},
+                      {"uniform_budget_lower_bound_bytes", r.uniform_budget_lower_bound_bytes},
                       {"frugal_schedule", r.frugal_label},
                       {"search",
                        {{"wall_s", r.stats.wall_s},

@@ -16,6 +16,7 @@
 #include "optpipe/noise.h"
 #include "optpipe/optimize.h"
 #include "optpipe/simulate.h"
+#include "optpipe/space.h"
 
 namespace optpipe {
 
@@ -69,7 +70,6 @@ struct OptimizerArgs {
 };
 
 // "vshape v2": a placement and its chunks per device, as the tables show them.
-std::string placement_label(Placement p, int chunks_per_device);
 std::string placement_label(const Family& f);
 
 // Paths in the output may hold bytes that are not UTF-8: replaced, never thrown on.
@@ -82,6 +82,11 @@ Result<Timeline> checked_timeline(const FamilySchedule& fs, const std::string& w
 // (and a quarter second) has passed; the optimizer then gets what is left of it.
 std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions& sim, OptimizeOptions options,
                                               OptimizeResult* r);
+
+// Per run, whether a table shows it: every run of a family that runs at one chunk count; of one
+// that takes any (interleaved), the runs at its best count only — the count whose fastest fitting
+// run (any tuning) is fastest, else whose fastest run is. The JSON keeps every run.
+std::vector<bool> at_best_chunks(const std::vector<FamilyRun>& runs, Objective objective);
 
 // The HTML report's table rows (every family, then the optimized schedule) and charts (the
 // optimized schedule beside the fastest family that fits, then any asked for).

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cstdio>
 
@@ -41,9 +42,11 @@ void OptimizerArgs::add_timing(CLI::App* c) {
 }
 
 void OptimizerArgs::add_rules(CLI::App* c) {
-  c->add_option("--placement", placements, "only this placement (repeatable): linear, interleaved, vshape")
-      ->check(CLI::IsMember({"linear", "interleaved", "vshape"}));
-  c->add_option("--chunks", options.rules.chunks_per_device, "only this many chunks per device (virtual stages)")
+  c->add_option("--placement", placements, "only this placement (repeatable): linear, interleaved, vshape, wave")
+      ->check(CLI::IsMember({"linear", "interleaved", "vshape", "wave"}));
+  c->add_option("--chunks", options.rules.chunk_counts,
+                "only this many chunks per device (virtual stages; repeatable, or a list: 2,4)")
+      ->delimiter(',')
       ->check(CLI::Range(1, 64));
   c->add_flag("--no-offload", no_offload, "no offloads (a runtime without host transfers)");
   c->add_flag("--no-recompute", no_recompute, "no recomputes");
@@ -87,7 +90,7 @@ Status OptimizerArgs::apply_partition(Problem* p, OptimizeOptions* o) const {
     if (!cut.ok()) return cut.status;
     *p = std::move(cut.value);
     o->rules.placements = {placement};
-    o->rules.chunks_per_device = S / D;
+    o->rules.chunk_counts = {S / D};
   } else {
     OPTPIPE_CHECK(parse_partition_rule(partition == "uniform" ? "even" : partition, &p->partition),
                   "CLI11 checked the name");
@@ -153,10 +156,6 @@ OptimizeOptions OptimizerArgs::parsed() const {
   return o;
 }
 
-std::string placement_label(Placement p, int chunks_per_device) {
-  return std::string(placement_name(p)) + " v" + std::to_string(chunks_per_device);
-}
-
 std::string placement_label(const Family& f) { return placement_label(f.placement, f.chunks_per_device); }
 
 void print_json(const nlohmann::json& j) {
@@ -183,7 +182,8 @@ std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions
     return t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(share * limit);
   };
   std::vector<FamilyRun> runs = run_families(p, sim, after(1) + std::chrono::milliseconds(250),
-                                             options.rules.chunks_per_device, after(kTuningsShareOfLimit));
+                                             interleaved_chunk_counts(placement_space(p, options.rules)),
+                                             after(kTuningsShareOfLimit));
   rule_out(options.rules, &runs);
   const double spent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   options.time_limit_s = std::max(0.01, options.time_limit_s - spent_s);
@@ -191,11 +191,37 @@ std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions
   return runs;
 }
 
+std::vector<bool> at_best_chunks(const std::vector<FamilyRun>& runs, Objective objective) {
+  // Per family: the best (fits, objective) and its count.
+  std::map<const Family*, std::pair<std::pair<bool, double>, int>> best;
+  for (const FamilyRun& run : runs) {
+    if (!run.status.ok() || run.family->placement != Placement::kInterleaved) continue;
+    const std::pair<bool, double> key{!run.fits, objective_us(run.timeline, objective)};
+    auto [at, fresh] = best.insert({run.family, {key, run.built.problem.chunks_per_device}});
+    if (!fresh && key < at->second.first) at->second = {key, run.built.problem.chunks_per_device};
+  }
+  std::vector<bool> shown;
+  for (const FamilyRun& run : runs) {
+    const auto at = best.find(run.family);
+    // A run that did not apply shows only where none of its family's did.
+    shown.push_back(at == best.end() ||
+                    (run.status.ok() && run.built.problem.chunks_per_device == at->second.second));
+  }
+  return shown;
+}
+
 std::vector<ReportRow> report_rows(const std::vector<FamilyRun>& runs, const OptimizeResult& r) {
   std::vector<ReportRow> rows;
-  for (const FamilyRun& o : runs)
-    rows.push_back({o.label, placement_label(*o.family), o.status.ok(), o.status.message, o.timeline.makespan_us,
+  const std::vector<bool> shown = at_best_chunks(runs, Objective::kMakespan);
+  for (size_t k = 0; k < runs.size(); k++) {
+    const FamilyRun& o = runs[k];
+    if (!shown[k]) continue;
+    rows.push_back({o.label,
+                    o.status.ok() ? placement_label(o.built.problem.placement, o.built.problem.chunks_per_device)
+                                  : placement_label(*o.family),
+                    o.status.ok(), o.status.message, o.timeline.makespan_us,
                     o.timeline.bubble_ratio, o.status.ok() ? max_peak(o.timeline) : 0, o.fits});
+  }
   rows.push_back({"optimized", placement_label(r.problem.placement, r.problem.chunks_per_device), true, "",
                   r.timeline.makespan_us, r.timeline.bubble_ratio, max_peak(r.timeline),
                   r.outcome != Outcome::kInfeasible});
@@ -251,7 +277,9 @@ std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult
     text += "  the frugal schedule needs            " + bytes_per_device(r.frugal_budget_bytes) + "  (" +
             r.frugal_label + ": one microbatch in flight; at or above this optpipe always answers)\n";
   text += "  no schedule can fit in less than     " + bytes_per_device(r.budget_lower_bound_bytes) +
-          "  (proven, over the placements and partitions searched)\n";
+          "  (proven, over every placement, chunk count and partition searched)\n";
+  text += "  with one budget for every device, none fits in less than " +
+          format_bytes(r.uniform_budget_lower_bound_bytes) + " (proven: one device holds a 1/D share of the model)\n";
   std::vector<std::string> helps;
   if (!r.frugal_budget_bytes.empty())
     helps.push_back("a budget of " +
@@ -259,7 +287,7 @@ std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult
                     " per device");
   if (!options.rules.offload) helps.push_back("offloading allowed (without --no-offload)");
   if (!options.rules.recompute) helps.push_back("recompute allowed (without --no-recompute)");
-  if (!options.rules.placements.empty() || options.rules.chunks_per_device > 0)
+  if (!options.rules.placements.empty() || !options.rules.chunk_counts.empty())
     helps.push_back("another placement (without --placement/--chunks)");
   helps.push_back("more pipeline stages or chunks per device (smaller activations each)");
   text += "what would help: ";

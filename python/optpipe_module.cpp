@@ -125,10 +125,11 @@ void add_optimizer_functions(py::module_& m) {
         for (const std::string& name : placements) {
           Placement placement;
           if (!parse_placement(name, &placement))
-            throw py::value_error("placements: \"linear\", \"interleaved\" or \"vshape\", got \"" + name + "\"");
+            throw py::value_error("placements: \"linear\", \"interleaved\", \"vshape\" or \"wave\", got \"" + name +
+                                  "\"");
           o.rules.placements.push_back(placement);
         }
-        o.rules.chunks_per_device = chunks;
+        if (chunks > 0) o.rules.chunk_counts = {chunks};
         o.rules.offload = offload;
         o.rules.recompute = recompute;
         o.rules.whole_stage_recompute = whole_stage_recompute;

@@ -113,7 +113,7 @@ TEST(Frugal, NeedsItsNominalPeakUnderAnyTiming) {
   int built = 0;
   for (int trial = 0; trial < 30; trial++) {
     const Problem p = random_problem(rng);
-    for (const Frugal& f : frugal_schedules(p, {})) {
+    for (const Frugal& f : frugal_schedules(placement_space(p, {}), {})) {
       SimResult r = simulate(f.built.problem, f.built.schedule);
       ASSERT_TRUE(r.ok()) << f.name << ": " << r.status.message;
       for (int d = 0; d < p.num_devices; d++) {

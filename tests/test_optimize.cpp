@@ -77,12 +77,20 @@ testing::AssertionResult is_checked(const OptimizeResult& r) {
 }  // namespace
 
 TEST(Optimize, DefaultProblemIsSolvedToItsBound) {
-  OptimizeResult r = optimize(default_problem(), quick());
+  // On one and two chunks a device, ZB-V meets the V-shape bound: 15 ms of start-up + 240 ms of work.
+  OptimizeOptions o = quick();
+  o.rules.chunk_counts = {1, 2};
+  OptimizeResult r = optimize(default_problem(), o);
   EXPECT_TRUE(is_checked(r));
-  // ZB-V meets the V-shape bound: 15 ms of start-up + 240 ms of work.
   EXPECT_EQ(r.outcome, Outcome::kOptimal);
   EXPECT_DOUBLE_EQ(r.timeline.makespan_us, 255000);
   EXPECT_DOUBLE_EQ(r.gap, 0);
+  // Over the whole space more chunks start devices sooner: faster, and bounded below the V-shape's.
+  OptimizeResult all = optimize(default_problem(), quick());
+  EXPECT_TRUE(is_checked(all));
+  EXPECT_LT(all.timeline.makespan_us, 255000);
+  EXPECT_LT(all.lower_bound_us, 255000);
+  EXPECT_EQ(all.stats.placements_searched.size(), 7u);  // linear, vshape, interleaved v2–v4, wave v3–v4
 }
 
 TEST(Optimize, MemoryLimitedBeatsEveryFittingFamily) {
@@ -99,8 +107,8 @@ TEST(Optimize, MemoryLimitedBeatsEveryFittingFamily) {
 
 TEST(Optimize, InfeasibleBudgetSaysWhatIsNeeded) {
   const Problem base = default_problem();
-  // Below static (40 GiB) + one forward's 2 GiB, and below a V-shape chunk's 1 GiB.
-  Problem p = with_budget(base, 81ll << 29);
+  // Below static (40 GiB) + one forward's 2 GiB, and below a chunk's 0.5 GiB at four chunks a device.
+  Problem p = with_budget(base, 161ll << 28);
   OptimizeResult r = optimize(p, quick(5000));
   EXPECT_TRUE(is_checked(r));
   EXPECT_EQ(r.outcome, Outcome::kInfeasible);
@@ -540,7 +548,8 @@ TEST(Optimize, ExactProvesOptimalityOnTinyProblems) {
     proven += r.outcome == Outcome::kOptimal;
   }
   EXPECT_EQ(open_gaps, 5);  // the test must exercise the exact models
-  EXPECT_EQ(proven, 4);
+  // Over the whole space (up to seven placements, each to be proven): 3 of the 4 close.
+  EXPECT_GE(proven, 3);
 }
 
 // Under a budget with neither offloads nor recomputes allowed, the MILP with the budget proves
@@ -606,13 +615,16 @@ TEST(Repair, BothModesFitWhatTheyCan) {
 }
 
 // With room for every activation and M = D, the breadth-first interleaved order (every forward
-// of a chunk, then the next chunk's) meets the warm-up bound; the greedy builds it only under the
-// limit of every activation alive, which it must try.
+// of a chunk, then the next chunk's) meets the warm-up bound of two interleaved chunks; the greedy
+// builds it only under the limit of every activation alive, which it must try.
 TEST(Optimize, EveryActivationAliveIsAGreedyStart) {
   UniformSpec u;
   u.num_devices = 8;
   u.num_microbatches = 8;
-  OptimizeResult r = optimize(make_uniform_problem(u), quick(2000));
+  OptimizeOptions o = quick(2000);
+  o.rules.placements = {Placement::kInterleaved};
+  o.rules.chunk_counts = {2};
+  OptimizeResult r = optimize(make_uniform_problem(u), o);
   EXPECT_TRUE(is_checked(r));
   EXPECT_EQ(r.outcome, Outcome::kOptimal) << r.timeline.makespan_us << " vs bound " << r.lower_bound_us;
   EXPECT_EQ(r.problem.placement, Placement::kInterleaved);

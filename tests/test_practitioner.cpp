@@ -183,10 +183,12 @@ TEST(Practitioner, SmallestOffloadRatioFits) {
   EXPECT_GE(found, 3);
 }
 
+// On the families' own chunk counts (at more interleaved chunks, pipeoffload fits as published).
 TEST(Practitioner, OptimizerReportsBothBaselines) {
   OptimizeOptions o;
   o.time_limit_s = 600;
   o.max_evaluations = 1500;
+  o.rules.chunk_counts = {1, 2};
   OptimizeResult r = optimize(tight_plan(), o);
   ASSERT_TRUE(r.status.ok()) << r.status.message;
   EXPECT_EQ(r.stats.best_published_family.label, "1f1b-recompute");

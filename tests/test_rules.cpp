@@ -80,7 +80,7 @@ TEST(Rules, NoOffloadUnderTwoChunksIsInfeasibleWithTheNeededBudget) {
   Problem p = make_uniform_problem(u);
   p.host_link = {1000, 1000, 0};
   for (DeviceSpec& d : p.devices) d.mem_budget_bytes = d.static_bytes + 2 * u.act_f_bytes - (u.act_f_bytes >> 4);
-  const ScheduleRules no_offload{.placements = {Placement::kInterleaved}, .chunks_per_device = 2, .offload = false};
+  const ScheduleRules no_offload{.placements = {Placement::kInterleaved}, .chunk_counts = {2}, .offload = false};
   OptimizeResult r = optimize(p, quick(no_offload));
   ASSERT_TRUE(r.status.ok()) << r.status.message;
   EXPECT_EQ(r.outcome, Outcome::kInfeasible);
@@ -116,7 +116,7 @@ TEST(Rules, WholeStageRecomputeCoversEveryMicrobatchOrNone) {
 
 TEST(Rules, PlacementAndChunks) {
   Problem p = default_problem();
-  const ScheduleRules rules{.placements = {Placement::kInterleaved}, .chunks_per_device = 2};
+  const ScheduleRules rules{.placements = {Placement::kInterleaved}, .chunk_counts = {2}};
   OptimizeResult r = optimize(p, quick(rules));
   ASSERT_TRUE(r.status.ok()) << r.status.message;
   EXPECT_EQ(r.problem.placement, Placement::kInterleaved);
@@ -126,7 +126,7 @@ TEST(Rules, PlacementAndChunks) {
 
 TEST(Rules, OptionsThatCannotHoldTogetherAreRefused) {
   EXPECT_EQ(
-      optimize(default_problem(), quick({.placements = {Placement::kVShape}, .chunks_per_device = 3})).status.code,
+      optimize(default_problem(), quick({.placements = {Placement::kVShape}, .chunk_counts = {3}})).status.code,
       StatusCode::kInvalidInput);
   EXPECT_EQ(optimize(default_problem(), quick({.recompute = false, .whole_stage_recompute = true})).status.code,
             StatusCode::kInvalidInput);

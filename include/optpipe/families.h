@@ -28,7 +28,7 @@ using FamilyFn = Result<Schedule> (*)(const Problem& p);
 struct Family {
   const char* name;         // "1f1b", "zb-h1", ...
   Placement placement;      // the placement it schedules
-  int chunks_per_device;    // v it uses (0: the problem's own, for interleaved)
+  int chunks_per_device;    // v it uses (for interleaved, the default of any it takes)
   FamilyFn make;            // expects a problem already in that placement
   const char* description;  // one line: what it trades
 };
@@ -60,7 +60,7 @@ enum class Tuning {
 struct FamilyRun {
   const Family* family = nullptr;
   Tuning tuning = Tuning::kAsPublished;
-  std::string label;            // "zb-v", "zb-v +recompute 3/5 layers", "1f1b +offload 40%"
+  std::string label;            // "zb-v", "zb-v +recompute 3/5 layers", "pipeoffload v4 +offload 40%"
   double offload_fraction = 0;  // kOffload: the ratio
   Status status;                // not ok: the family does not apply to this problem (the reason)
   FamilySchedule built;
@@ -68,8 +68,10 @@ struct FamilyRun {
   bool fits = false;             // every device's peak within its budget
   bool fits_any_timing = false;  // ... and its worst case over every timing (any_timing.h)
 };
-// Every family, built, validated and simulated (the interleaved ones at `interleaved_chunks` chunks
-// per device; 0: their own). A family not started by `deadline` comes back with a status saying so.
+// Every family, built, validated and simulated: the interleaved ones at each of `interleaved_chunks`
+// chunks per device (empty: every count from 2 to what the items fill, max_chunks_per_device — the
+// grid practitioners tune Megatron's virtual pipeline size over), labelled with it ("pipeoffload v5").
+// A family not started by `deadline` comes back with a status saying so.
 // Each family that applies, overflows as published and neither recomputes nor offloads already is
 // followed by its practitioner tunings that fit (Tuning; none when none fits). Every family is
 // built before any tuning; a tuning not started by `tunings_deadline` (or `deadline`) is left out.
@@ -78,7 +80,7 @@ constexpr double kTuningsShareOfLimit = 0.4;
 std::vector<FamilyRun> run_families(
     const Problem& p, const SimOptions& sim,
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
-    int interleaved_chunks = 0,
+    const std::vector<int>& interleaved_chunks = {},
     std::chrono::steady_clock::time_point tunings_deadline = std::chrono::steady_clock::time_point::max());
 
 // As run_families, for the families of q's own placement only (and of its chunk count), each on

@@ -99,7 +99,7 @@ struct OptimizeStats {
     double idle_us = 0;       // summed over devices
   };
   Baseline best_family, best_published_family;
-  std::vector<std::string> placements_searched;
+  std::vector<std::string> placements_searched;  // the whole space ("interleaved v3"), raced or not
   int exact_solves = 0;           // CP, CP-SAT and MILP solves run (--exact, and CP-SAT's neighbourhoods)
   int64_t exact_nodes = 0;        // their branch-and-bound nodes (CP-SAT: branches)
   int lns_improvements = 0;       // CP-SAT neighbourhoods that improved the search's winner
@@ -138,8 +138,9 @@ struct [[nodiscard]] OptimizeResult {
   Problem problem;            // the input re-cut to the schedule's placement
   Schedule schedule;          // the best found (over budget when the outcome is kInfeasible)
   Timeline timeline;          // its simulation, with op times and memory curves
-  double lower_bound_us = 0;  // of the objective: no schedule of the placements searched is better
-                              // (makespan_lower_bound, or with `exact` the CP or MILP proof)
+  double lower_bound_us = 0;  // of the objective: no schedule of any placement of the space searched
+                              // (placement_space) is better (the least of each placement's bound:
+                              // makespan_lower_bound, or with `exact` the CP or MILP proof)
   double gap = 0;             // (objective − bound) / objective
   // The same over the answer's own placement (linear, V-shape, interleaved with its chunks): a
   // gap that is mostly another placement's weaker bound shows here as a smaller placement_gap.
@@ -151,13 +152,16 @@ struct [[nodiscard]] OptimizeResult {
   double cut_lower_bound_us = 0;
   double cut_gap = 0;
   // Per device: the budget the returned schedule needs (its peak; under any timing, its worst
-  // case), a proven lower bound on what any schedule of the placements searched needs, and what
+  // case), a proven lower bound on what any schedule of the space searched needs, and what
   // the frugal schedule needs under any timing (one microbatch in flight, every chunk but a
   // device's last offloaded, recomputed or kept: the leanest the rules allow). At or above the
   // frugal figure on every device the outcome is never kInfeasible. Filled in every outcome.
   std::vector<int64_t> needed_budget_bytes;
   std::vector<int64_t> budget_lower_bound_bytes;
   std::vector<int64_t> frugal_budget_bytes;
+  // No schedule of the space fits when every device has the same budget below this: besides the
+  // per-device bounds, one device holds at least a 1/D share of the model's static bytes.
+  int64_t uniform_budget_lower_bound_bytes = 0;
   std::string frugal_label;  // "frugal vshape v2 offloaded"
   double frugal_makespan_us = 0;
   OptimizeStats stats;

@@ -20,9 +20,11 @@
 
 namespace optpipe {
 
-// Where stage s lives. Linear: v = 1, stage s on device s. Interleaved: v ≥ 1, device s mod D.
-// V-shape: v = 2, stage s < D on device s, stage s ≥ D on device 2D−1−s.
-enum class Placement { kLinear, kInterleaved, kVShape };
+// Where stage s lives. Linear: v = 1, stage s on device s. Interleaved (looped): v ≥ 1, device
+// s mod D. V-shape: v = 2, stage s < D on device s, stage s ≥ D on device 2D−1−s. Wave (Hanayo):
+// v ≥ 1, round c = s div D runs down the devices when c is even and up when it is odd, so device
+// s mod D or D−1−(s mod D); the V-shape is the wave with v = 2. Append new values at the end.
+enum class Placement { kLinear, kInterleaved, kVShape, kWave };
 
 const char* placement_name(Placement p);
 bool parse_placement(const std::string& name, Placement* out);
@@ -120,7 +122,11 @@ struct Problem {
     switch (placement) {
       case Placement::kLinear: return stage;
       case Placement::kInterleaved: return stage % num_devices;
-      case Placement::kVShape: return stage < num_devices ? stage : 2 * num_devices - 1 - stage;
+      case Placement::kVShape:
+      case Placement::kWave: {
+        const int round = stage / num_devices, along = stage % num_devices;
+        return round % 2 == 0 ? along : num_devices - 1 - along;
+      }
     }
     return -1;
   }

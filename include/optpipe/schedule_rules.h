@@ -20,7 +20,7 @@ namespace optpipe {
 
 struct ScheduleRules {
   std::vector<Placement> placements;  // empty: any placement
-  int chunks_per_device = 0;          // 0: any
+  std::vector<int> chunk_counts;      // chunks per device allowed; empty: any the layers allow
   bool offload = true;
   bool recompute = true;
   bool whole_stage_recompute = false;  // with recompute: a stage recomputes every microbatch or none
@@ -38,7 +38,7 @@ struct ScheduleRules {
 Status check_rules(const ScheduleRules& rules, const Problem& p, const Schedule& s);
 
 // Options that cannot hold together: chunks for a placement that has a fixed count (linear 1,
-// V-shape 2), whole-stage recompute without recompute.
+// V-shape 2) and no other placement to take them, whole-stage recompute without recompute.
 Status check_rules_options(const ScheduleRules& rules);
 
 }  // namespace optpipe

@@ -1,8 +1,10 @@
 // The one table of schedule families, shared by the CLI, the tests and the docs.
+#include <algorithm>
 #include <functional>
 
 #include "families/common.h"
 #include "optpipe/simulate.h"
+#include "optpipe/space.h"
 #include "optpipe/validate.h"
 
 namespace optpipe {
@@ -69,31 +71,44 @@ void score_run(const SimOptions& sim, FamilyRun* run) {
 
 namespace {
 
+// The chunk counts a family is run at: its own, or for a family that takes any (interleaved) each of
+// `interleaved_chunks`, else every count from 2 to what p's items fill.
+std::vector<int> chunks_to_run(const Family& f, const Problem& p, const std::vector<int>& interleaved_chunks) {
+  if (f.placement != Placement::kInterleaved) return {f.chunks_per_device};
+  if (!interleaved_chunks.empty()) return interleaved_chunks;
+  std::vector<int> all;
+  for (int v = 2; v <= std::max(2, max_chunks_per_device(p)); v++) all.push_back(v);
+  return all;
+}
+
 // run_families for the families `wanted` takes.
 std::vector<FamilyRun> run_some_families(const Problem& p, const SimOptions& sim,
-                                         std::chrono::steady_clock::time_point deadline, int interleaved_chunks,
+                                         std::chrono::steady_clock::time_point deadline,
+                                         const std::vector<int>& interleaved_chunks,
                                          std::chrono::steady_clock::time_point tunings_deadline,
                                          const std::function<bool(const Family&)>& wanted) {
   std::vector<FamilyRun> out;
   for (const Family& f : families()) {
     if (!wanted(f)) continue;
-    FamilyRun run;
-    run.family = &f;
-    run.label = f.name;
-    if (std::chrono::steady_clock::now() > deadline) {
-      run.status = Status::Invalid(std::string(f.name) + ": not built, the time limit had passed");
+    for (int v : chunks_to_run(f, p, interleaved_chunks)) {
+      FamilyRun run;
+      run.family = &f;
+      run.label = f.placement == Placement::kInterleaved ? std::string(f.name) + " v" + std::to_string(v) : f.name;
+      if (std::chrono::steady_clock::now() > deadline) {
+        run.status = Status::Invalid(run.label + ": not built, the time limit had passed");
+        out.push_back(std::move(run));
+        continue;
+      }
+      Result<FamilySchedule> fs = build_family(f, p, v);
+      if (!fs.ok()) {
+        run.status = fs.status;
+        out.push_back(std::move(run));
+        continue;
+      }
+      run.built = std::move(fs.value);
+      score_run(sim, &run);
       out.push_back(std::move(run));
-      continue;
     }
-    Result<FamilySchedule> fs = build_family(f, p, f.placement == Placement::kInterleaved ? interleaved_chunks : 0);
-    if (!fs.ok()) {
-      run.status = fs.status;
-      out.push_back(std::move(run));
-      continue;
-    }
-    run.built = std::move(fs.value);
-    score_run(sim, &run);
-    out.push_back(std::move(run));
   }
   // The tunings after every family is built (they cost more: a tight deadline leaves them out,
   // never a family), each family's after it.
@@ -109,7 +124,8 @@ std::vector<FamilyRun> run_some_families(const Problem& p, const SimOptions& sim
 }  // namespace
 
 std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
-                                    std::chrono::steady_clock::time_point deadline, int interleaved_chunks,
+                                    std::chrono::steady_clock::time_point deadline,
+                                    const std::vector<int>& interleaved_chunks,
                                     std::chrono::steady_clock::time_point tunings_deadline) {
   return run_some_families(p, sim, deadline, interleaved_chunks, tunings_deadline, [](const Family&) { return true; });
 }
@@ -117,7 +133,7 @@ std::vector<FamilyRun> run_families(const Problem& p, const SimOptions& sim,
 std::vector<FamilyRun> run_families_on_cut(const Problem& q, const SimOptions& sim,
                                            std::chrono::steady_clock::time_point deadline,
                                            std::chrono::steady_clock::time_point tunings_deadline) {
-  return run_some_families(q, sim, deadline, q.chunks_per_device, tunings_deadline, [&](const Family& f) {
+  return run_some_families(q, sim, deadline, {q.chunks_per_device}, tunings_deadline, [&](const Family& f) {
     return f.placement == q.placement &&
            (f.placement == Placement::kInterleaved || f.chunks_per_device == q.chunks_per_device);
   });

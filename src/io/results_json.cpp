@@ -116,7 +116,7 @@ nlohmann::json rules_json(const ScheduleRules& rules) {
   nlohmann::json placements = nlohmann::json::array();
   for (Placement p : rules.placements) placements.push_back(placement_name(p));
   return {{"placements", placements},
-          {"chunks_per_device", rules.chunks_per_device},
+          {"chunk_counts", rules.chunk_counts},
           {"offload", rules.offload},
           {"recompute", rules.recompute},
           {"whole_stage_recompute", rules.whole_stage_recompute}};
@@ -152,6 +152,7 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
   j["needed_budget_bytes"] = r.needed_budget_bytes;
   j["budget_lower_bound_bytes"] = r.budget_lower_bound_bytes;
   j["frugal_budget_bytes"] = r.frugal_budget_bytes;
+  j["uniform_budget_lower_bound_bytes"] = r.uniform_budget_lower_bound_bytes;
   j["frugal_schedule"] = r.frugal_label;
   if (layers_match(r.problem)) j["layers_per_stage"] = transformer_layers_per_stage(r.problem);
   j["timing"] = options.any_timing ? "any" : "exact";

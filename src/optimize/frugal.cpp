@@ -58,29 +58,19 @@ Schedule build(const Problem& p, Keep keep) {
 
 }  // namespace
 
-std::vector<Frugal> frugal_schedules(const Problem& p, const ScheduleRules& rules) {
-  std::vector<std::pair<Placement, int>> placements = {{p.placement, p.chunks_per_device},
-                                                       {Placement::kLinear, 1},
-                                                       {Placement::kVShape, 2},
-                                                       {Placement::kInterleaved, std::max(2, rules.chunks_per_device)}};
+std::vector<Frugal> frugal_schedules(const std::vector<PlacementCandidate>& space, const ScheduleRules& rules) {
   std::vector<Frugal> out;
-  for (size_t k = 0; k < placements.size(); k++) {
-    const auto [placement, v] = placements[k];
-    if (!rules.allows_placement(placement, v) ||
-        std::find(placements.begin(), placements.begin() + k, placements[k]) != placements.begin() + k)
-      continue;
-    Result<Problem> q = rechunk(p, placement, v);
-    if (!q.ok()) continue;
+  for (const PlacementCandidate& c : space) {
     for (Keep keep : {Keep::kKept, Keep::kOffloaded, Keep::kRecomputed}) {
       if ((keep == Keep::kOffloaded && !rules.offload) || (keep == Keep::kRecomputed && !rules.recompute)) continue;
-      Schedule s = build(q.value, keep);
-      Validation v_check = validate(q.value, s, {.check_memory_budget = false, .sim = {.op_times = false}});
-      OPTPIPE_CHECK(v_check.ok(), "a frugal schedule must be valid: " + v_check.summary());
-      Frugal f{std::string("frugal ") + placement_name(placement) + " v" + std::to_string(v) + " " + keep_name(keep),
-               {q.value, std::move(s)},
+      Schedule s = build(c.problem, keep);
+      Validation checked = validate(c.problem, s, {.check_memory_budget = false, .sim = {.op_times = false}});
+      OPTPIPE_CHECK(checked.ok(), "a frugal schedule must be valid: " + checked.summary());
+      Frugal f{"frugal " + placement_label(c.placement, c.chunks_per_device) + " " + keep_name(keep),
+               {c.problem, std::move(s)},
                {},
-               v_check.sim.timeline.makespan_us};
-      for (const DeviceFigures& d : v_check.sim.timeline.devices) f.need_bytes.push_back(d.worst_peak_bytes);
+               checked.sim.timeline.makespan_us};
+      for (const DeviceFigures& d : checked.sim.timeline.devices) f.need_bytes.push_back(d.worst_peak_bytes);
       out.push_back(std::move(f));
     }
   }

@@ -16,6 +16,7 @@
 #include "optpipe/families.h"
 #include "optpipe/problem.h"
 #include "optpipe/schedule_rules.h"
+#include "optpipe/space.h"
 
 namespace optpipe {
 
@@ -26,10 +27,9 @@ struct Frugal {
   double makespan_us = 0;
 };
 
-// Every variant the rules allow (kept, offloaded, recomputed) on every placement the optimizer
-// searches (the problem's own, linear, V-shape, interleaved), validated; those a placement's
-// re-cut refuses are left out.
-std::vector<Frugal> frugal_schedules(const Problem& p, const ScheduleRules& rules);
+// Every variant the rules allow (kept, offloaded, recomputed) on every placement of the space
+// searched (placement_space), validated.
+std::vector<Frugal> frugal_schedules(const std::vector<PlacementCandidate>& space, const ScheduleRules& rules);
 
 // The variant closest to fitting: the least max over devices of need − budget; null if none.
 const Frugal* leanest(const std::vector<Frugal>& frugal, const Problem& p);

@@ -16,6 +16,7 @@
 #include "optpipe/noise.h"
 #include "optpipe/optimize.h"
 #include "optpipe/passes.h"
+#include "optpipe/space.h"
 #include "optpipe/units.h"
 #include "optpipe/validate.h"
 
@@ -61,6 +62,8 @@ struct Placements {
   std::vector<const Problem*> problems;
   std::vector<double> bounds;
   std::vector<NoiseSamples> noise;
+  // The least bound of the space's placements not raced: the bound holds over the whole space.
+  double others_bound_us = std::numeric_limits<double>::infinity();
 
   const NoiseSamples* noise_for(const Problem& sp) const {
     if (noise.empty()) return nullptr;
@@ -69,7 +72,7 @@ struct Placements {
     OPTPIPE_CHECK(false, "every raced start's placement has its samples");
     return nullptr;
   }
-  double bound() const { return *std::min_element(bounds.begin(), bounds.end()); }
+  double bound() const { return std::min(others_bound_us, *std::min_element(bounds.begin(), bounds.end())); }
   // The bound of sp's placement alone (the overall bound when sp's placement was not raced).
   double bound_of(const Problem& sp) const {
     double out = bound();
@@ -90,28 +93,44 @@ struct FreeBound {
   double bound_us;
 };
 
-Placements placements_of(const std::vector<Start>& starts, int num_searches, const NoiseSpec* robust,
-                         Objective objective, const ScheduleRules& rules, bool partition_free,
-                         const std::vector<FreeBound>& free_bounds, Clock::time_point bounds_deadline,
-                         std::vector<std::string>* names) {
+// One placement's bound: with the partition searched, one that holds over every partition.
+double placement_bound(const Problem& sp, Objective objective, const ScheduleRules& rules, bool partition_free,
+                       const std::vector<FreeBound>& free_bounds, Clock::time_point bounds_deadline) {
+  if (!partition_free || !layers_match(sp)) return lower_bound_for(sp, /*fits_budget=*/true, objective, rules);
+  const auto known = std::find_if(free_bounds.begin(), free_bounds.end(), [&](const FreeBound& b) {
+    return b.placement == sp.placement && b.chunks_per_device == sp.chunks_per_device;
+  });
+  return known != free_bounds.end() && objective == Objective::kMakespan
+             ? known->bound_us
+             : partition_free_lower_bound(sp, objective, bounds_deadline, rules);
+}
+
+// The raced starts' placements, each with its bound, and the least bound of the rest of the space;
+// with `every_placement` (for the exact models to prove) the rest each as its own.
+Placements placements_of(const std::vector<Start>& starts, int num_searches, const std::vector<PlacementCandidate>& space,
+                         bool every_placement, const NoiseSpec* robust, Objective objective, const ScheduleRules& rules,
+                         bool partition_free, const std::vector<FreeBound>& free_bounds,
+                         Clock::time_point bounds_deadline) {
   Placements out;
+  std::vector<std::string> names;
   for (int k = 0; k < num_searches; k++) {
     const Problem& sp = starts[k].built.problem;
-    const std::string where = std::string(placement_name(sp.placement)) + " v" + std::to_string(sp.chunks_per_device);
-    if (std::find(names->begin(), names->end(), where) != names->end()) continue;
-    names->push_back(where);
+    const std::string where = placement_label(sp.placement, sp.chunks_per_device);
+    if (std::find(names.begin(), names.end(), where) != names.end()) continue;
+    names.push_back(where);
     out.problems.push_back(&sp);
-    // With the partition searched, only a bound that holds over every partition is valid.
-    if (!partition_free || !layers_match(sp)) {
-      out.bounds.push_back(lower_bound_for(sp, /*fits_budget=*/true, objective, rules));
+    out.bounds.push_back(placement_bound(sp, objective, rules, partition_free, free_bounds, bounds_deadline));
+  }
+  for (const PlacementCandidate& c : space) {
+    if (std::find(names.begin(), names.end(), placement_label(c.placement, c.chunks_per_device)) != names.end())
+      continue;
+    const double bound_us = placement_bound(c.problem, objective, rules, partition_free, free_bounds, bounds_deadline);
+    if (!every_placement) {
+      out.others_bound_us = std::min(out.others_bound_us, bound_us);
       continue;
     }
-    const auto known = std::find_if(free_bounds.begin(), free_bounds.end(), [&](const FreeBound& b) {
-      return b.placement == sp.placement && b.chunks_per_device == sp.chunks_per_device;
-    });
-    out.bounds.push_back(known != free_bounds.end() && objective == Objective::kMakespan
-                             ? known->bound_us
-                             : partition_free_lower_bound(sp, objective, bounds_deadline, rules));
+    out.problems.push_back(&c.problem);
+    out.bounds.push_back(bound_us);
   }
   if (robust)
     for (const Problem* sp : out.problems) {
@@ -220,6 +239,42 @@ void search_partition(const OptimizeOptions& options, bool by_time, int64_t max_
   }
 }
 
+// Per device, the least budget any schedule of the space needs: budget_lower_bound's on each
+// placement's cut, the least over them; with the partition free, what every partition needs (a
+// device holds an item at least: the least item's static bytes and forward).
+std::vector<int64_t> space_budget_lower_bound(const Problem& p, const std::vector<PlacementCandidate>& space,
+                                              bool partition_free) {
+  std::vector<int64_t> out = budget_lower_bound(p);
+  for (const PlacementCandidate& c : space) {
+    const std::vector<int64_t> b = budget_lower_bound(c.problem);
+    for (int d = 0; d < p.num_devices; d++) out[d] = std::min(out[d], b[d]);
+  }
+  if (!partition_free) return out;
+  int64_t least_static = std::numeric_limits<int64_t>::max(), least_forward = least_static;
+  for (const LayerSpec& l : p.layers) {
+    least_static = std::min(least_static, l.static_bytes);
+    least_forward = std::min(least_forward, l.act_f_bytes);
+  }
+  for (int64_t& b : out) b = std::min(b, least_static + least_forward);
+  return out;
+}
+
+// The least budget, the same on every device, that any schedule of the space fits: the largest of
+// the per-device minimums; with the partition free also what the devices need together — one of
+// them holds at least a 1/D share of the model's static bytes, and the device holding an item
+// holds it whole, each with the activation of a forward of its own at least.
+int64_t uniform_budget_lower_bound(const Problem& p, const std::vector<int64_t>& per_device, bool partition_free) {
+  int64_t out = *std::max_element(per_device.begin(), per_device.end());
+  if (!partition_free) return out;
+  int64_t total_static = 0, least_forward = std::numeric_limits<int64_t>::max();
+  for (const LayerSpec& l : p.layers) {
+    total_static += l.static_bytes;
+    least_forward = std::min(least_forward, l.act_f_bytes);
+    out = std::max(out, l.static_bytes + l.act_f_bytes);
+  }
+  return std::max(out, (total_static + p.num_devices - 1) / p.num_devices + least_forward);
+}
+
 }  // namespace
 
 Status check_static_memory(const Problem& p) {
@@ -251,8 +306,8 @@ Status static_memory_status(const Problem& p, const ScheduleRules& rules) {
   }
   Status own = check_static_memory(p);
   if (own.ok()) return own;
-  for (const Frugal& f : frugal_schedules(p, rules))  // its placements are the ones searched
-    if (check_static_memory(f.built.problem).ok()) return Status::Ok();
+  for (const PlacementCandidate& c : placement_space(p, rules))
+    if (check_static_memory(c.problem).ok()) return Status::Ok();
   return own;
 }
 
@@ -275,9 +330,12 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   if (out.status.ok()) out.status = check_rules_options(options.rules);
   if (!out.status.ok()) return out;
 
-  // The frugal schedules first: what the leanest of them needs is the budget above which the
-  // answer always fits (it is a start, and nothing after it loses a fitting schedule).
-  const std::vector<Frugal> frugal = frugal_schedules(p, options.rules);
+  // The space searched, once; then the frugal schedules on it: what the leanest of them needs is
+  // the budget above which the answer always fits (it is a start, and nothing after it loses a
+  // fitting schedule).
+  const std::vector<PlacementCandidate> space = placement_space(p, options.rules);
+  for (const PlacementCandidate& c : space) out.stats.placements_searched.push_back(placement_label(c.placement, c.chunks_per_device));
+  const std::vector<Frugal> frugal = frugal_schedules(space, options.rules);
   const bool partition_free = !options.rules.fixed_partition && layers_match(p);
   out.status = static_memory_status(p, options.rules);
   if (!out.status.ok()) return out;
@@ -286,21 +344,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     out.frugal_budget_bytes = lean->need_bytes;
     out.frugal_makespan_us = lean->makespan_us;
   }
-  out.budget_lower_bound_bytes = budget_lower_bound(p);
-  for (const Frugal& f : frugal) {  // over every placement searched
-    const std::vector<int64_t> b = budget_lower_bound(f.built.problem);
-    for (int d = 0; d < p.num_devices; d++)
-      out.budget_lower_bound_bytes[d] = std::min(out.budget_lower_bound_bytes[d], b[d]);
-  }
-  if (partition_free) {  // ... and over every partition: a device holds at least one item
-    int64_t least_static = std::numeric_limits<int64_t>::max(), least_forward = least_static;
-    for (const LayerSpec& l : p.layers) {
-      least_static = std::min(least_static, l.static_bytes);
-      least_forward = std::min(least_forward, l.act_f_bytes);
-    }
-    for (int64_t& b : out.budget_lower_bound_bytes) b = std::min(b, least_static + least_forward);
-  }
-
+  out.budget_lower_bound_bytes = space_budget_lower_bound(p, space, partition_free);
+  out.uniform_budget_lower_bound_bytes = uniform_budget_lower_bound(p, out.budget_lower_bound_bytes, partition_free);
   // Every family that applies, then greedy schedules, each scored; then repairs of those that
   // overflow; the best first. Every family is built and checked whatever the time limit (that is
   // cheap, and the answer must never be slower than a family that fits) — unless the families
@@ -312,9 +357,10 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // tenth later: the repairs can fill their half (llama2-70b at 10 s: 387 of them, none better
   // after the second), and with no time for the moves its gap was 2.8%, with this 1.4%.
   const Clock::time_point starts_until = after(0.25), repairs_until = after(0.5), moves_until = after(0.6);
+  const std::vector<int> interleaved = interleaved_chunk_counts(space);
   std::vector<FamilyRun> runs =
       run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250),
-                   options.rules.chunks_per_device, after(kTuningsShareOfLimit));
+                   interleaved, after(kTuningsShareOfLimit));
   rule_out(options.rules, &runs);
   out.stats.best_family = baseline_of(fastest_fitting(runs, options.objective), options.objective);
   out.stats.best_published_family =
@@ -327,7 +373,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     Problem level = p;
     level.partition = PartitionRule::kDevices;
     std::vector<FamilyRun> leveled =
-        run_families(level, {.op_times = false, .any_timing = false}, starts_until, options.rules.chunks_per_device);
+        run_families(level, {.op_times = false, .any_timing = false}, starts_until, interleaved);
     rule_out(options.rules, &leveled);
     for (FamilyRun& run : leveled)
       if (run.status.ok() &&
@@ -342,13 +388,12 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // The bound over every partition they compute on the way is kept for the search's placements.
   std::vector<FreeBound> free_bounds;
   if (partition_free && Clock::now() < starts_until) {
-    for (const auto& [placement, v] : {std::pair{Placement::kVShape, 2}, {Placement::kInterleaved, 2}}) {
-      Result<Problem> placed = rechunk(p, placement, v);
-      if (!options.rules.allows_placement(placement, v) || !placed.ok()) continue;
-      const BoundGuidedCuts guided = bound_guided_cuts(placed.value, starts_until, options.rules);
-      if (guided.free_bound_complete) free_bounds.push_back({placement, v, guided.free_bound_us});
+    for (const PlacementCandidate& c : space) {
+      if (c.chunks_per_device != 2 || c.placement == Placement::kWave) continue;
+      const BoundGuidedCuts guided = bound_guided_cuts(c.problem, starts_until, options.rules);
+      if (guided.free_bound_complete) free_bounds.push_back({c.placement, 2, guided.free_bound_us});
       for (const std::vector<int>& cut : guided.cuts) {
-        Result<Problem> cut_problem = with_partition(placed.value, cut);
+        Result<Problem> cut_problem = with_partition(c.problem, cut);
         if (!cut_problem.ok() || Clock::now() > starts_until) continue;
         std::vector<FamilyRun> on_cut =
             run_families_on_cut(cut_problem.value, {.op_times = false, .any_timing = false}, starts_until);
@@ -362,7 +407,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   }
   bool out_of_time = false;
   std::vector<Start> starts =
-      make_starts(p, frugal, runs, options.rules, options.objective, starts_until, repairs_until, &out_of_time);
+      make_starts(p, space, frugal, runs, options.rules, options.objective, starts_until, repairs_until, &out_of_time);
   if (starts.empty()) {  // every placement's re-cut of this problem breaks its limits
     std::string why;
     for (const FamilyRun& run : runs)
@@ -412,9 +457,9 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   const bool lns = by_time && !options.exact && lns_applies(starts[0].built.problem, options);
   const double search_share = exact_by_time ? 0.5 : lns ? kLnsFrom : kSearchShare;
   const double race_share = repartition ? search_share * kRaceShareBeforePartition / kSearchShare : search_share;
-  Placements placements =
-      placements_of(starts, num_searches, options.robust_sigma > 0 ? &robust : nullptr, options.objective,
-                    options.rules, repartition, free_bounds, repairs_until, &out.stats.placements_searched);
+  Placements placements = placements_of(starts, num_searches, space, options.exact,
+                                        options.robust_sigma > 0 ? &robust : nullptr,
+                                        options.objective, options.rules, repartition, free_bounds, repairs_until);
   const size_t ops = starts[0].built.schedule.num_ops();
   RaceSetup race{.starts = &starts,
                  .num_searches = num_searches,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "optimize/list_scheduler.h"
@@ -16,6 +17,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kSettleRounds = 64;  // simulations to hold a start's transfers until it fits
+constexpr size_t kGreedyPlacements = 4;  // placements of the space the greedy starts are made on
 
 // A start, scored; when it overflows the budget (and there is time), also the same order with
 // every activation offloaded whose lifespan covers the round trip, which often fits outright,
@@ -39,27 +41,33 @@ void add_start(const std::string& name, FamilySchedule built, const ScheduleRule
   starts->push_back({name, std::move(built), sc});
 }
 
-struct Placed {
-  Placement placement;
-  int v;
-  Result<Problem> problem;
-};
+std::string greedy_name(const PlacementCandidate& pl) { return "greedy " + placement_label(pl.placement, pl.chunks_per_device); }
 
-std::string greedy_name(const Placed& pl) {
-  return std::string("greedy ") + placement_name(pl.placement) + " v" + std::to_string(pl.v);
-}
-
-// The common placements the rules allow, each with the problem cut for it.
-std::vector<Placed> common_placements(const Problem& p, const ScheduleRules& rules) {
-  std::vector<Placed> placed;
-  const int interleaved_v = rules.chunks_per_device > 0 ? rules.chunks_per_device : 2;
-  for (const auto& [placement, v] :
-       {std::pair{Placement::kLinear, 1}, {Placement::kVShape, 2}, {Placement::kInterleaved, interleaved_v}}) {
-    if (!rules.allows_placement(placement, v) || (placement == Placement::kInterleaved && v < 2)) continue;
-    Placed pl{placement, v, rechunk(p, placement, v)};
-    if (pl.problem.ok()) placed.push_back(std::move(pl));
+// The placements of the space the greedy starts are made on, the most promising first: on each,
+// a short byte-limited greedy (a quarter offloaded where offloads are allowed), scored beside the
+// best family or frugal start already on it; then the best `most` of them. On a large space the
+// full set of greedy starts on every placement would take the starts' whole time on the first few.
+std::vector<const PlacementCandidate*> promising_placements(const std::vector<PlacementCandidate>& space,
+                                                            const std::vector<Start>& starts, const ScheduleRules& rules,
+                                                            Objective objective, size_t most,
+                                                            Clock::time_point deadline) {
+  std::vector<std::pair<Score, const PlacementCandidate*>> scored;
+  for (const PlacementCandidate& pl : space) {
+    Score best;
+    best.overflow_bytes = std::numeric_limits<double>::infinity();
+    for (const Start& st : starts)
+      if (same_placement(st.built.problem, pl.problem) && st.score < best) best = st.score;
+    if (space.size() > most && Clock::now() < deadline) {
+      FilledGreedy quick = filled_greedy(pl.problem, pl.chunks_per_device > 1, rules.offload ? 0.25 : 0, 3, objective,
+                                         deadline, rules);
+      if (!quick.schedule.devices.empty() && quick.score < best) best = quick.score;
+    }
+    scored.push_back({best, &pl});
   }
-  return placed;
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<const PlacementCandidate*> out;
+  for (size_t k = 0; k < scored.size() && k < most; k++) out.push_back(scored[k].second);
+  return out;
 }
 
 // Greedy list schedules limited by each device's budget in bytes rather than by a count of
@@ -70,16 +78,18 @@ std::vector<Placed> common_placements(const Problem& p, const ScheduleRules& rul
 // 15.98 s with a quarter against 16.2 s without). Then, on every placement again while there is
 // time, half and all of them offloaded (u-d8-m32-tight-scarce, 4 activations of room and a slow
 // link: 4.08 s with all, 4.11 s before; at D = 64, M = 512 they take 2–7 s each and lose).
-void add_filled_greedy_starts(const std::vector<Placed>& placed, const ScheduleRules& rules, const Scoring& scoring,
+void add_filled_greedy_starts(const std::vector<const PlacementCandidate*>& placed, const ScheduleRules& rules, const Scoring& scoring,
                               Objective objective, Clock::time_point deadline, bool* out_of_time,
                               std::vector<Start>* starts) {
   constexpr int kFillRounds = 8;  // D = 64, M = 128: the sixth round repaired best
   for (const std::vector<double>& offload_shares : {std::vector<double>{0, 0.125, 0.25}, {0.5, 1}})
-    for (const Placed& pl : placed) {
+    for (const PlacementCandidate* candidate : placed) {
+      const PlacementCandidate& pl = *candidate;
       for (bool reserve : {false, true}) {
-        if (reserve && pl.v == 1) continue;  // one chunk per device: nothing to reserve
-        // Without reservations a V-shape's devices fill up with first chunks where the budget binds.
-        if (!reserve && pl.placement == Placement::kVShape) continue;
+        if (reserve && pl.chunks_per_device == 1) continue;  // one chunk per device: nothing to reserve
+        // Without reservations a V-shape's (a wave's) devices fill up with first chunks where the
+        // budget binds.
+        if (!reserve && (pl.placement == Placement::kVShape || pl.placement == Placement::kWave)) continue;
         for (double offload_share : offload_shares) {
           if (offload_share > 0 && !rules.offload) continue;
           if (Clock::now() > deadline) {
@@ -87,13 +97,13 @@ void add_filled_greedy_starts(const std::vector<Placed>& placed, const ScheduleR
             return;
           }
           FilledGreedy filled =
-              filled_greedy(pl.problem.value, reserve, offload_share, kFillRounds, objective, deadline, rules);
+              filled_greedy(pl.problem, reserve, offload_share, kFillRounds, objective, deadline, rules);
           if (filled.schedule.devices.empty()) continue;
           const int percent = static_cast<int>(std::lround(100 * offload_share));
           add_start(greedy_name(pl) + " filled" + (reserve ? " reserved" : "") +
                         (percent > 0 ? " +offload " + std::to_string(percent) + "%" : "") +
                         (filled.repaired ? " +repair" : ""),
-                    {pl.problem.value, std::move(filled.schedule)}, rules, scoring, deadline, starts, &filled.score);
+                    {pl.problem, std::move(filled.schedule)}, rules, scoring, deadline, starts, &filled.score);
         }
       }
     }
@@ -104,13 +114,13 @@ void add_filled_greedy_starts(const std::vector<Placed>& placed, const ScheduleR
 // in between. Where a device holds several chunks, each limit with and without slots reserved for
 // a microbatch's later chunks (neither is better everywhere). The largest limits come first, on
 // every placement, as they are the fastest once offloaded.
-void add_greedy_starts(const std::vector<Placed>& placed, const Problem& p, const ScheduleRules& rules,
+void add_greedy_starts(const std::vector<const PlacementCandidate*>& placed, const Problem& p, const ScheduleRules& rules,
                        const Scoring& scoring, Clock::time_point deadline, bool* out_of_time,
                        std::vector<Start>* starts) {
   std::vector<std::vector<int>> limits(placed.size());  // per placement, descending
   size_t most_limits = 0;
   for (size_t j = 0; j < placed.size(); j++) {
-    const int v = placed[j].v;
+    const int v = placed[j]->chunks_per_device;
     const int most = std::min(p.num_microbatches * v, 2 * p.num_devices * v);
     for (int k = 1;; k = std::min(most, k + std::max(1, k / 4))) {
       limits[j].insert(limits[j].begin(), k);
@@ -120,10 +130,10 @@ void add_greedy_starts(const std::vector<Placed>& placed, const Problem& p, cons
   }
   for (size_t i = 0; i < most_limits; i++) {
     for (size_t j = 0; j < placed.size(); j++) {
-      const Placed& pl = placed[j];
+      const PlacementCandidate& pl = *placed[j];
       if (i >= limits[j].size()) continue;
       for (bool reserve : {false, true}) {
-        if (reserve && pl.v == 1) continue;  // one chunk per device: nothing to reserve
+        if (reserve && pl.chunks_per_device == 1) continue;  // one chunk per device: nothing to reserve
         for (bool split : {true, false}) {
           if (Clock::now() > deadline) {
             *out_of_time = true;
@@ -133,11 +143,11 @@ void add_greedy_starts(const std::vector<Placed>& placed, const Problem& p, cons
           list_rules.max_live.assign(p.num_devices, limits[j][i]);
           list_rules.split_backward = split;
           list_rules.reserve_later_chunks = reserve;
-          Result<Schedule> s = list_schedule(pl.problem.value, list_rules);
+          Result<Schedule> s = list_schedule(pl.problem, list_rules);
           if (!s.ok()) continue;
           add_start(greedy_name(pl) + " live≤" + std::to_string(limits[j][i]) + (reserve ? " reserved" : "") +
                         (split ? "" : " fused"),
-                    {pl.problem.value, std::move(s.value)}, rules, scoring, deadline, starts);
+                    {pl.problem, std::move(s.value)}, rules, scoring, deadline, starts);
         }
       }
     }
@@ -209,7 +219,8 @@ void order_by_kind(std::vector<Start>& starts) {
     bool fused = false;
     for (const DeviceSchedule& ds : st.built.schedule.devices)
       for (const Op& op : ds.compute) fused = fused || op.kind == OpKind::kBW;
-    const std::string kind = std::string(placement_name(st.built.problem.placement)) + (fused ? " fused" : " split");
+    const std::string kind =
+        placement_label(st.built.problem.placement, st.built.problem.chunks_per_device) + (fused ? " fused" : " split");
     (kinds.insert(kind).second ? firsts : rest).push_back(std::move(st));
   }
   for (Start& st : rest) firsts.push_back(std::move(st));
@@ -260,7 +271,8 @@ FilledGreedy filled_greedy(const Problem& p, bool reserve_later_chunks, double o
   return best;
 }
 
-std::vector<Start> make_starts(const Problem& p, const std::vector<Frugal>& frugal, std::vector<FamilyRun>& runs,
+std::vector<Start> make_starts(const Problem& p, const std::vector<PlacementCandidate>& space,
+                               const std::vector<Frugal>& frugal, std::vector<FamilyRun>& runs,
                                const ScheduleRules& rules, Objective objective, Clock::time_point greedy_deadline,
                                Clock::time_point deadline, bool* out_of_time) {
   const Scoring scoring{objective, nullptr};
@@ -272,9 +284,12 @@ std::vector<Start> make_starts(const Problem& p, const std::vector<Frugal>& frug
       add_start(run.label, std::move(run.built), rules, scoring, deadline, &starts, &scored);
     }
   *out_of_time = Clock::now() > deadline;
-  const std::vector<Placed> placed = common_placements(p, rules);
   // The byte-limited ones first, but with a quarter of the time left for greedy starts: on a large
   // problem the count-limited ones would use it all, and on a smaller one they find what these miss.
+  // The placements screened first take a tenth.
+  const Clock::time_point screen_deadline = Clock::now() + (greedy_deadline - Clock::now()) / 10;
+  const std::vector<const PlacementCandidate*> placed =
+      promising_placements(space, starts, rules, objective, kGreedyPlacements, screen_deadline);
   const Clock::time_point filled_deadline = Clock::now() + (greedy_deadline - Clock::now()) / 4;
   if (!*out_of_time) add_filled_greedy_starts(placed, rules, scoring, objective, filled_deadline, out_of_time, &starts);
   *out_of_time = Clock::now() > deadline;  // their own deadline cutting them short is not the caller's

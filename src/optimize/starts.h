@@ -11,6 +11,7 @@
 #include "optimize/search.h"
 #include "optpipe/families.h"
 #include "optpipe/problem.h"
+#include "optpipe/space.h"
 
 namespace optpipe {
 
@@ -21,11 +22,13 @@ struct Start {
 };
 
 // The frugal schedules, the families' runs that apply and keep to the rules (their built
-// schedules are moved out; see rule_out), then greedy schedules until
+// schedules are moved out; see rule_out), then greedy schedules on the most promising placements
+// of `space` until
 // `greedy_deadline`, then repairs of those that overflow until `deadline`; the best of each kind
 // (placement; split or fused backwards) first, then the rest by score. Empty when nothing
 // applies. `out_of_time` is set when a deadline cut the list short.
-std::vector<Start> make_starts(const Problem& p, const std::vector<Frugal>& frugal, std::vector<FamilyRun>& runs,
+std::vector<Start> make_starts(const Problem& p, const std::vector<PlacementCandidate>& space,
+                               const std::vector<Frugal>& frugal, std::vector<FamilyRun>& runs,
                                const ScheduleRules& rules, Objective objective,
                                std::chrono::steady_clock::time_point greedy_deadline,
                                std::chrono::steady_clock::time_point deadline, bool* out_of_time);

@@ -8,11 +8,11 @@ namespace optpipe {
 bool ScheduleRules::allows_placement(Placement placement, int chunks) const {
   if (!placements.empty() && std::find(placements.begin(), placements.end(), placement) == placements.end())
     return false;
-  return chunks_per_device == 0 || chunks == chunks_per_device;
+  return chunk_counts.empty() || std::find(chunk_counts.begin(), chunk_counts.end(), chunks) != chunk_counts.end();
 }
 
 bool ScheduleRules::any() const {
-  return !placements.empty() || chunks_per_device > 0 || !offload || !recompute || whole_stage_recompute ||
+  return !placements.empty() || !chunk_counts.empty() || !offload || !recompute || whole_stage_recompute ||
          fixed_partition;
 }
 
@@ -27,7 +27,11 @@ std::string ScheduleRules::describe() const {
     }
     add("placement " + names);
   }
-  if (chunks_per_device > 0) add(std::to_string(chunks_per_device) + " chunks per device");
+  if (!chunk_counts.empty()) {
+    std::string counts;
+    for (int v : chunk_counts) counts += (counts.empty() ? "" : "|") + std::to_string(v);
+    add(counts + " chunks per device");
+  }
   if (!offload) add("no offload");
   if (!recompute) add("no recompute");
   if (recompute && whole_stage_recompute) add("whole-stage recompute");
@@ -36,19 +40,17 @@ std::string ScheduleRules::describe() const {
 }
 
 Status check_rules_options(const ScheduleRules& rules) {
-  if (rules.chunks_per_device < 0 || rules.chunks_per_device > 64)
-    return Status::Invalid("chunks per device: must be in [1, 64] (0: any), got " +
-                           std::to_string(rules.chunks_per_device));
-  if (rules.chunks_per_device > 0 && !rules.placements.empty()) {
+  for (int v : rules.chunk_counts)
+    if (v < 1 || v > 64) return Status::Invalid("chunks per device: must be in [1, 64], got " + std::to_string(v));
+  if (!rules.chunk_counts.empty() && !rules.placements.empty()) {
     bool some = false;
     for (Placement p : rules.placements)
-      some = some || (p == Placement::kInterleaved && rules.chunks_per_device >= 2) ||
-             (p == Placement::kVShape && rules.chunks_per_device == 2) ||
-             (p == Placement::kLinear && rules.chunks_per_device == 1);
+      for (int v : rules.chunk_counts)
+        some = some || ((p == Placement::kInterleaved || p == Placement::kWave) && v >= 2) ||
+               (p == Placement::kVShape && v == 2) || (p == Placement::kLinear && v == 1);
     if (!some)
-      return Status::Invalid(std::to_string(rules.chunks_per_device) +
-                             " chunks per device: no placement asked for has that many (linear has 1, V-shape 2, "
-                             "interleaved 2 or more)");
+      return Status::Invalid("chunks per device: no placement asked for takes that many (linear has 1, V-shape 2, "
+                             "interleaved and wave 2 or more)");
   }
   if (rules.whole_stage_recompute && !rules.recompute)
     return Status::Invalid("whole-stage recompute and no recompute do not go together");
