@@ -1,5 +1,6 @@
 // optpipe compare: every family on one problem, one table (and with --noise, their figures under
 // timing noise).
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -15,6 +16,7 @@ namespace {
 
 struct CompareArgs {
   std::string problem_path;
+  std::vector<int> chunks;  // the interleaved families' chunk counts; empty: every count the layers allow
   NoiseArgs noise;
   bool as_json = false;
 };
@@ -42,9 +44,8 @@ Row noise_cells(const NoiseReport& n) {
 
 // One family's table row and JSON; with noise, also its noise evaluation.
 Status family_row(const FamilyRun& o, const std::optional<NoiseSpec>& noise, Row* row, nlohmann::json* j) {
-  const Family& f = *o.family;
   if (!o.status.ok()) {
-    *row = {o.label, placement_label(f), "-", "-", "-", "-", "-", "n/a", o.status.message};
+    *row = {o.label, placement_label(*o.family), "-", "-", "-", "-", "-", "n/a", o.status.message};
     if (noise) row->insert(row->begin() + 3, {"-", "-", "-", "-"});
     *j = family_run_json(o);
     return Status::Ok();
@@ -58,7 +59,7 @@ Status family_row(const FamilyRun& o, const std::optional<NoiseSpec>& noise, Row
   char bubble[32];
   std::snprintf(bubble, sizeof bubble, "%.1f%%", 100 * t.bubble_ratio);
   *row = {o.label,
-          placement_label(f),
+          placement_label(o.built.problem.placement, o.built.problem.chunks_per_device),
           format_us(t.makespan_us),
           format_us(bound),
           bubble,
@@ -86,7 +87,8 @@ int run_compare(const CompareArgs& a, const std::optional<NoiseSpec>& noise) {
                             "fits", "peak per device"}};
   if (noise) rows[0].insert(rows[0].begin() + 3, {"p50 noisy", "p95 noisy", "over budget", "stuck"});
   int num_fit = 0;
-  for (const FamilyRun& o : run_families(p.value, {.op_times = false})) {
+  for (const FamilyRun& o : run_families(p.value, {.op_times = false}, std::chrono::steady_clock::time_point::max(),
+                                         a.chunks)) {
     Row row;
     nlohmann::json j;
     if (Status st = family_row(o, noise, &row, &j); !st.ok()) return fail(st);
@@ -115,6 +117,11 @@ Command add_compare_command(CLI::App& app) {
   CLI::App* c = app.add_subcommand("compare", "run every family on one problem and compare");
   add_problem_option(c, &a->problem_path);
   a->noise.add_to(c);
+  c->add_option("--chunks", a->chunks,
+                "the interleaved families at these chunk counts only (repeatable, or a list: 2,4; default: every "
+                "count the layers allow)")
+      ->delimiter(',')
+      ->check(CLI::Range(2, 64));
   add_json_flag(c, &a->as_json);
   return {c, [a, c] { return run_compare(*a, a->noise.asked(c)); }};
 }
