@@ -31,10 +31,16 @@ std::string layers_token(int k) { return k == 0 ? "" : k == 1 ? "t" : "t*" + std
 Result<std::string> megatron_flags(const Problem& p) {
   using R = Result<std::string>;
   if (Status st = need_items(p, "Megatron-LM"); !st.ok()) return R::Error(st);
-  if (p.placement == Placement::kVShape)
+  if (p.placement == Placement::kVShape || p.placement == Placement::kWave)
+    return R::Error(Status::Invalid(std::string("Megatron-LM places virtual stage c of pipeline rank r at stage c·pp + "
+                                                "r (looped); a ") +
+                                    (p.placement == Placement::kWave ? "wave" : "V-shape") +
+                                    " placement cannot be expressed: plan with --placement linear or interleaved for "
+                                    "Megatron"));
+  if (p.num_devices == 1 && p.chunks_per_device > 1)
     return R::Error(Status::Invalid(
-        "Megatron-LM places virtual stage c of pipeline rank r at stage c·pp + r (looped); a V-shape placement "
-        "cannot be expressed: plan with --placement linear or interleaved for Megatron"));
+        "Megatron-LM runs virtual pipeline stages only with a pipeline size above 1; this plan puts " +
+        std::to_string(p.chunks_per_device) + " chunks on its single device: plan with --chunks 1 for Megatron"));
   const std::vector<int> layers = transformer_layers_per_stage(p);
   const int S = p.num_stages(), D = p.num_devices;
   std::vector<std::string> stages;
@@ -77,8 +83,11 @@ Result<std::string> megatron_flags(const Problem& p) {
 Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_path) {
   using R = Result<std::string>;
   if (Status st = need_items(p, "torchtitan"); !st.ok()) return R::Error(st);
-  if (p.placement == Placement::kVShape && p.chunks_per_device != 2)
-    return R::Error(Status::Invalid("torchtitan's V placement holds exactly 2 stages a rank"));
+  if ((p.placement == Placement::kVShape || p.placement == Placement::kWave) && p.chunks_per_device != 2)
+    return R::Error(Status::Invalid(
+        "torchtitan places stages looped or in a V of exactly 2 stages a rank (stage_ids_this_rank's \"loop\" and "
+        "\"v\" styles); a wave of " +
+        std::to_string(p.chunks_per_device) + " chunks cannot be expressed: plan with --placement interleaved"));
   const std::vector<int> layers = transformer_layers_per_stage(p);
   const int S = p.num_stages();
   std::string parts = "[\n";
@@ -93,7 +102,7 @@ Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_pat
   }
   parts += "]";
   // The stage-to-rank style follows the schedule's name even when a CSV gives the order.
-  const char* schedule = p.placement == Placement::kVShape ? "ZBVZeroBubble"
+  const char* schedule = p.placement == Placement::kVShape || p.placement == Placement::kWave ? "ZBVZeroBubble"
                          : p.chunks_per_device > 1         ? "Interleaved1F1B"
                                                            : "1F1B";
   std::string out =
