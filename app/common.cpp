@@ -285,11 +285,9 @@ std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult
     helps.push_back("a budget of " +
                     format_bytes(*std::max_element(r.frugal_budget_bytes.begin(), r.frugal_budget_bytes.end())) +
                     " per device");
-  if (!options.rules.offload) helps.push_back("offloading allowed (without --no-offload)");
-  if (!options.rules.recompute) helps.push_back("recompute allowed (without --no-recompute)");
-  if (!options.rules.placements.empty() || !options.rules.chunk_counts.empty())
-    helps.push_back("another placement (without --placement/--chunks)");
-  helps.push_back("more pipeline stages or chunks per device (smaller activations each)");
+  for (const std::string& rule : r.would_help) helps.push_back(rule);
+  // Beyond this problem: the cost model's layout (plan --search).
+  helps.push_back("more pipeline stages (fewer layers, less static memory and smaller activations a device)");
   text += "what would help: ";
   for (size_t k = 0; k < helps.size(); k++) text += (k ? "; " : "") + helps[k];
   return text + "\n";

@@ -163,6 +163,9 @@ struct [[nodiscard]] OptimizeResult {
   // per-device bounds, one device holds at least a 1/D share of the model's static bytes.
   int64_t uniform_budget_lower_bound_bytes = 0;
   std::string frugal_label;  // "frugal vshape v2 offloaded"
+  // When nothing fits: each rule whose lifting alone makes a frugal schedule fit, so that an
+  // answer is certain ("offloading allowed (without --no-offload)"); empty when none does.
+  std::vector<std::string> would_help;
   double frugal_makespan_us = 0;
   OptimizeStats stats;
 };

@@ -153,6 +153,7 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
   j["budget_lower_bound_bytes"] = r.budget_lower_bound_bytes;
   j["frugal_budget_bytes"] = r.frugal_budget_bytes;
   j["uniform_budget_lower_bound_bytes"] = r.uniform_budget_lower_bound_bytes;
+  j["would_help"] = r.would_help;
   j["frugal_schedule"] = r.frugal_label;
   if (layers_match(r.problem)) j["layers_per_stage"] = transformer_layers_per_stage(r.problem);
   j["timing"] = options.any_timing ? "any" : "exact";

@@ -275,6 +275,36 @@ int64_t uniform_budget_lower_bound(const Problem& p, const std::vector<int64_t>&
   return std::max(out, (total_static + p.num_devices - 1) / p.num_devices + least_forward);
 }
 
+// Whether some frugal schedule on `rules`' space fits p's budget on every device.
+bool frugal_fits(const Problem& p, const ScheduleRules& rules) {
+  const std::vector<Frugal> frugal = frugal_schedules(placement_space(p, rules), rules);
+  const Frugal* lean = leanest(frugal, p);
+  if (!lean) return false;
+  for (int d = 0; d < p.num_devices; d++)
+    if (lean->need_bytes[d] > lean->built.problem.devices[d].mem_budget_bytes) return false;
+  return true;
+}
+
+// The rules lifted one at a time, each named where its frugal schedule then fits (an answer is
+// then certain).
+std::vector<std::string> what_would_help(const Problem& p, const ScheduleRules& rules) {
+  std::vector<std::string> out;
+  auto lifted = [&](const char* what, auto&& lift) {
+    ScheduleRules r = rules;
+    lift(r);
+    if (frugal_fits(p, r)) out.push_back(what);
+  };
+  if (!rules.offload) lifted("offloading allowed (without --no-offload)", [](ScheduleRules& r) { r.offload = true; });
+  if (!rules.recompute)
+    lifted("recompute allowed (without --no-recompute)", [](ScheduleRules& r) { r.recompute = true; });
+  if (!rules.placements.empty() || !rules.chunk_counts.empty())
+    lifted("another placement or chunk count (without --placement/--chunks)", [](ScheduleRules& r) {
+      r.placements.clear();
+      r.chunk_counts.clear();
+    });
+  return out;
+}
+
 }  // namespace
 
 Status check_static_memory(const Problem& p) {
@@ -547,6 +577,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
                     objective_us(out.timeline, options.objective) <=
                         searched.best_score.objective_us * (1 + 1e-9) + 1e-6 + out.stats.gating_cost_us,
                 "the answer is slower than the best fitting schedule the search found");
+  if (out.outcome == Outcome::kInfeasible) out.would_help = what_would_help(p, options.rules);
   out.stats.wall_s = seconds_since(t0);
   if (options.progress)
     options.progress({out.stats.wall_s, out.stats.evaluations,
