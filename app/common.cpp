@@ -279,7 +279,7 @@ std::string infeasible_text(const OptimizeOptions& options, const OptimizeResult
   text += "  no schedule can fit in less than     " + bytes_per_device(r.budget_lower_bound_bytes) +
           "  (proven, over every placement, chunk count and partition searched)\n";
   text += "  with one budget for every device, none fits in less than " +
-          format_bytes(r.uniform_budget_lower_bound_bytes) + " (proven: one device holds a 1/D share of the model)\n";
+          format_bytes(r.uniform_budget_lower_bound_bytes) + " (proven)\n";
   std::vector<std::string> helps;
   if (!r.frugal_budget_bytes.empty())
     helps.push_back("a budget of " +

@@ -26,6 +26,7 @@ Result<Problem> synthetic(const json& spec) {
   u.act_w_bytes = -GiB / 4;
   u.act_input_bytes = 32ll << 20;
   u.static_bytes = 20 * GiB;
+  u.num_layers = 4;  // a synthetic stage is four layers: the space holds up to 4 chunks a device
   Problem p = make_uniform_problem(u);
   if (spec.at("costs") == "hetero") {
     std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>{}(spec.at("name").get<std::string>()) & 0xffffffff));

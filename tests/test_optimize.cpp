@@ -85,8 +85,11 @@ TEST(Optimize, DefaultProblemIsSolvedToItsBound) {
   EXPECT_EQ(r.outcome, Outcome::kOptimal);
   EXPECT_DOUBLE_EQ(r.timeline.makespan_us, 255000);
   EXPECT_DOUBLE_EQ(r.gap, 0);
-  // Over the whole space more chunks start devices sooner: faster, and bounded below the V-shape's.
-  OptimizeResult all = optimize(default_problem(), quick());
+  // With four layers a stage the space holds four chunks a device, which start devices sooner:
+  // faster, and bounded below the V-shape's.
+  Problem layered = default_problem();
+  for (StageSpec& st : layered.stages) st.num_layers = 4;
+  OptimizeResult all = optimize(layered, quick());
   EXPECT_TRUE(is_checked(all));
   EXPECT_LT(all.timeline.makespan_us, 255000);
   EXPECT_LT(all.lower_bound_us, 255000);
@@ -107,8 +110,8 @@ TEST(Optimize, MemoryLimitedBeatsEveryFittingFamily) {
 
 TEST(Optimize, InfeasibleBudgetSaysWhatIsNeeded) {
   const Problem base = default_problem();
-  // Below static (40 GiB) + one forward's 2 GiB, and below a chunk's 0.5 GiB at four chunks a device.
-  Problem p = with_budget(base, 161ll << 28);
+  // Below static (40 GiB) + one forward's 2 GiB, and below a V-shape chunk's 1 GiB.
+  Problem p = with_budget(base, 81ll << 29);
   OptimizeResult r = optimize(p, quick(5000));
   EXPECT_TRUE(is_checked(r));
   EXPECT_EQ(r.outcome, Outcome::kInfeasible);

@@ -156,6 +156,7 @@ struct UniformSpec {
   int64_t act_f_bytes = 1 << 30;
   int64_t act_w_bytes = -(1 << 28);  // act_b_bytes = −act_f_bytes − act_w_bytes
   int64_t act_input_bytes = 1 << 24;
+  int num_layers = 1;  // per stage: more chunks than layers are not searched (max_chunks_per_device)
   int64_t static_bytes = 16ll << 30;
   int64_t mem_budget_bytes = 80ll << 30;
 };

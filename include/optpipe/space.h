@@ -29,9 +29,8 @@ std::vector<PlacementCandidate> placement_space(const Problem& p, const Schedule
 
 // The most chunks per device the space holds for p: with layers, its items over its devices (a
 // chunk holds an item at least); without, its stages' costs are split evenly (rechunk), into as
-// many pieces as a stage has layers, or kDivisibleChunks for v when that is more (a stage of one
-// layer is taken as divisible); at most 64.
-constexpr int kDivisibleChunks = 4;
+// many pieces as the least stage has layers (a measured stage split finer would be a guess), and
+// 2 at least (the V-shape and two interleaved chunks, as before there was a space); at most 64.
 int max_chunks_per_device(const Problem& p);
 
 // The chunk counts of the space's interleaved placements, which the families that take any count

@@ -210,6 +210,7 @@ Problem make_uniform_problem(const UniformSpec& u) {
   st.act_w_bytes = u.act_w_bytes;
   st.act_b_bytes = -u.act_f_bytes - u.act_w_bytes;
   st.act_input_bytes = u.act_input_bytes;
+  st.num_layers = u.num_layers;
   p.stages.assign(std::max(0, u.num_devices * u.chunks_per_device), st);
   DeviceSpec dev;
   dev.static_bytes = u.static_bytes;

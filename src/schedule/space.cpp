@@ -11,10 +11,10 @@ int max_chunks_per_device(const Problem& p) {
   int most = 1;
   if (layers_match(p)) {
     most = static_cast<int>(p.layers.size()) / p.num_devices;
-  } else if (!p.stages.empty()) {  // rechunk splits each stage's costs evenly, into its layers at most
+  } else if (!p.stages.empty()) {  // rechunk splits each stage's costs evenly: a piece a layer at most
     int least_layers = std::numeric_limits<int>::max();
     for (const StageSpec& st : p.stages) least_layers = std::min(least_layers, st.num_layers);
-    most = std::max(kDivisibleChunks, least_layers * p.chunks_per_device);
+    most = std::max(2, least_layers * p.chunks_per_device);
   }
   return std::clamp(most, 1, 64);
 }
