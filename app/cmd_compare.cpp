@@ -87,8 +87,8 @@ int run_compare(const CompareArgs& a, const std::optional<NoiseSpec>& noise) {
                             "fits", "peak per device"}};
   if (noise) rows[0].insert(rows[0].begin() + 3, {"p50 noisy", "p95 noisy", "over budget", "stuck"});
   int num_fit = 0;
-  for (const FamilyRun& o : run_families(p.value, {.op_times = false}, std::chrono::steady_clock::time_point::max(),
-                                         a.chunks)) {
+  for (const FamilyRun& o :
+       run_families(p.value, {.op_times = false}, std::chrono::steady_clock::time_point::max(), a.chunks)) {
     Row row;
     nlohmann::json j;
     if (Status st = family_row(o, noise, &row, &j); !st.ok()) return fail(st);

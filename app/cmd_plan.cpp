@@ -117,8 +117,8 @@ struct PlanTable {
     const bool any = fits_any_timing(fp, t);
     if (in_text)
       rows.push_back({name, fits_cell(any, row_fits), format_us(value), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
-                      format_bytes(max_peak(t)), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-",
-                      format_us(bound), fmt::format("{:.1f}%", 100 * gap)});
+                      format_bytes(max_peak(t)), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-", format_us(bound),
+                      fmt::format("{:.1f}%", 100 * gap)});
     row_json.update({{"schedule", name},
                      {"placement", placement_name(fp.placement)},
                      {"chunks_per_device", fp.chunks_per_device},
@@ -161,9 +161,10 @@ void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const Optimize
   std::printf("%s\nproblem: %s\n%s\n%s\n", what.c_str(), problem_summary(p).c_str(), rules.c_str(),
               aligned_table(table.rows).c_str());
   if (table.hidden > 0)
-    std::printf("interleaved families: each at its fastest chunk count; %d more run(s), at every count the layers "
-                "allow, in --json and the speed-up\n",
-                table.hidden);
+    std::printf(
+        "interleaved families: each at its fastest chunk count; %d more run(s), at every count the layers "
+        "allow, in --json and the speed-up\n",
+        table.hidden);
   if (r.outcome != Outcome::kInfeasible) {
     const double value = objective_us(r.timeline, options.objective);
     std::string vs = best ? fmt::format("{:.3f}x the fastest family that fits ({})", table.best_us / value, best->label)

@@ -2,9 +2,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 #include <chrono>
 #include <cstdio>
+#include <map>
 
 #include "cli.h"
 #include "commands.h"
@@ -181,9 +181,9 @@ std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions
   auto after = [&](double share) {
     return t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(share * limit);
   };
-  std::vector<FamilyRun> runs = run_families(p, sim, after(1) + std::chrono::milliseconds(250),
-                                             interleaved_chunk_counts(placement_space(p, options.rules)),
-                                             after(kTuningsShareOfLimit));
+  std::vector<FamilyRun> runs =
+      run_families(p, sim, after(1) + std::chrono::milliseconds(250),
+                   interleaved_chunk_counts(placement_space(p, options.rules)), after(kTuningsShareOfLimit));
   rule_out(options.rules, &runs);
   const double spent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   options.time_limit_s = std::max(0.01, options.time_limit_s - spent_s);
@@ -204,8 +204,7 @@ std::vector<bool> at_best_chunks(const std::vector<FamilyRun>& runs, Objective o
   for (const FamilyRun& run : runs) {
     const auto at = best.find(run.family);
     // A run that did not apply shows only where none of its family's did.
-    shown.push_back(at == best.end() ||
-                    (run.status.ok() && run.built.problem.chunks_per_device == at->second.second));
+    shown.push_back(at == best.end() || (run.status.ok() && run.built.problem.chunks_per_device == at->second.second));
   }
   return shown;
 }
@@ -219,8 +218,8 @@ std::vector<ReportRow> report_rows(const std::vector<FamilyRun>& runs, const Opt
     rows.push_back({o.label,
                     o.status.ok() ? placement_label(o.built.problem.placement, o.built.problem.chunks_per_device)
                                   : placement_label(*o.family),
-                    o.status.ok(), o.status.message, o.timeline.makespan_us,
-                    o.timeline.bubble_ratio, o.status.ok() ? max_peak(o.timeline) : 0, o.fits});
+                    o.status.ok(), o.status.message, o.timeline.makespan_us, o.timeline.bubble_ratio,
+                    o.status.ok() ? max_peak(o.timeline) : 0, o.fits});
   }
   rows.push_back({"optimized", placement_label(r.problem.placement, r.problem.chunks_per_device), true, "",
                   r.timeline.makespan_us, r.timeline.bubble_ratio, max_peak(r.timeline),

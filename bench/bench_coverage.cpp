@@ -6,7 +6,7 @@
 // fits", counted (it must be zero).
 //
 //   ./build/bench_coverage --suite bench/suite.json --time-limit 10 --csv coverage.csv
-//   ./build/bench_coverage --time-limit 2 --explicit --shares 0,0.02,0.05,0.1,0.25,0.5,1
+//   ./build/bench_coverage --time-limit 2 --explicit --shares 0 0.02 0.05 0.1 0.25
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
@@ -128,8 +128,9 @@ int main(int argc, char** argv) {
       runs, fitted, runs ? 100.0 * fitted / runs : 0.0, frugal_fits, fitted_where_frugal_fits, fitted_below_frugal,
       speedups.empty() ? 0 : speedups[speedups.size() / 2], speedups.empty() ? 0 : speedups.front());
   if (explicit_placements)
-    std::printf("explicit placements run where nothing fit: %d; wrong \"nothing fits\" (some placement fits alone): %d\n",
-                explicit_runs, wrong_infeasible);
+    std::printf(
+        "explicit placements run where nothing fit: %d; wrong \"nothing fits\" (some placement fits alone): %d\n",
+        explicit_runs, wrong_infeasible);
   if (!csv_path.empty()) {
     Status st = write_text_file(csv_path, csv);
     if (!st.ok()) {

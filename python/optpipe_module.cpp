@@ -149,12 +149,13 @@ void add_optimizer_functions(py::module_& m) {
       },
       py::arg("problem") = py::none(), py::arg("time_limit_s") = 10.0, py::arg("seed") = 0, py::arg("threads") = 1,
       py::arg("max_evaluations") = 0, py::arg("exact") = false, py::arg("timing") = "any", py::arg("robust") = 0.0,
-      py::arg("robust_samples") = 8, py::arg("placements") = std::vector<std::string>{}, py::arg("chunks") = std::vector<int>{},
-      py::arg("offload") = true, py::arg("recompute") = true, py::arg("whole_stage_recompute") = false,
-      py::arg("objective") = "makespan",
+      py::arg("robust_samples") = 8, py::arg("placements") = std::vector<std::string>{},
+      py::arg("chunks") = std::vector<int>{}, py::arg("offload") = true, py::arg("recompute") = true,
+      py::arg("whole_stage_recompute") = false, py::arg("objective") = "makespan",
       "The fastest schedule found that fits (timing=\"any\": under any timing; \"exact\": at the profile's timings): "
       "its figures (as simulate()), outcome, bound, gap, best_family for comparison, rules, stats, problem and "
-      "schedule. placements, chunks (a list of counts), offload=False, recompute=False, whole_stage_recompute=True restrict what it may "
+      "schedule. placements, chunks (a list of counts), offload=False, recompute=False, whole_stage_recompute=True "
+      "restrict what it may "
       "contain; objective=\"span\" minimizes the longest per-device span instead of the makespan. "
       "robust=σ prefers the schedule "
       "whose p90 makespan under that jitter is least.");

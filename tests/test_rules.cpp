@@ -125,9 +125,8 @@ TEST(Rules, PlacementAndChunks) {
 }
 
 TEST(Rules, OptionsThatCannotHoldTogetherAreRefused) {
-  EXPECT_EQ(
-      optimize(default_problem(), quick({.placements = {Placement::kVShape}, .chunk_counts = {3}})).status.code,
-      StatusCode::kInvalidInput);
+  EXPECT_EQ(optimize(default_problem(), quick({.placements = {Placement::kVShape}, .chunk_counts = {3}})).status.code,
+            StatusCode::kInvalidInput);
   EXPECT_EQ(optimize(default_problem(), quick({.recompute = false, .whole_stage_recompute = true})).status.code,
             StatusCode::kInvalidInput);
   const Status st = check_rules({.offload = false}, default_problem(),

@@ -103,8 +103,8 @@ Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_pat
   parts += "]";
   // The stage-to-rank style follows the schedule's name even when a CSV gives the order.
   const char* schedule = p.placement == Placement::kVShape || p.placement == Placement::kWave ? "ZBVZeroBubble"
-                         : p.chunks_per_device > 1         ? "Interleaved1F1B"
-                                                           : "1F1B";
+                         : p.chunks_per_device > 1                                            ? "Interleaved1F1B"
+                                                                                              : "1F1B";
   std::string out =
       "# optpipe plan for torchtitan (Llama module names; torchtitan's TOML config, [parallelism]). The order is "
       "the CSV (optpipe export --format csv);\n# the stage-to-rank mapping follows pipeline_parallel_schedule even "

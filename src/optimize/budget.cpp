@@ -77,7 +77,6 @@ std::vector<std::string> what_would_help(const Problem& p, const ScheduleRules& 
   return out;
 }
 
-
 Status check_static_memory(const Problem& p) {
   for (int d = 0; d < p.num_devices; d++) {
     const DeviceSpec& dev = p.devices[d];

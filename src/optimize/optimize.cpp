@@ -108,10 +108,10 @@ double placement_bound(const Problem& sp, Objective objective, const ScheduleRul
 
 // The raced starts' placements, each with its bound, and the least bound of the rest of the space;
 // with `every_placement` (for the exact models to prove) the rest each as its own.
-Placements placements_of(const std::vector<Start>& starts, int num_searches, const std::vector<PlacementCandidate>& space,
-                         bool every_placement, const NoiseSpec* robust, Objective objective, const ScheduleRules& rules,
-                         bool partition_free, const std::vector<FreeBound>& free_bounds,
-                         Clock::time_point bounds_deadline) {
+Placements placements_of(const std::vector<Start>& starts, int num_searches,
+                         const std::vector<PlacementCandidate>& space, bool every_placement, const NoiseSpec* robust,
+                         Objective objective, const ScheduleRules& rules, bool partition_free,
+                         const std::vector<FreeBound>& free_bounds, Clock::time_point bounds_deadline) {
   Placements out;
   std::vector<std::string> names;
   for (int k = 0; k < num_searches; k++) {
@@ -265,7 +265,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // the budget above which the answer always fits (it is a start, and nothing after it loses a
   // fitting schedule).
   const std::vector<PlacementCandidate> space = placement_space(p, options.rules);
-  for (const PlacementCandidate& c : space) out.stats.placements_searched.push_back(placement_label(c.placement, c.chunks_per_device));
+  for (const PlacementCandidate& c : space)
+    out.stats.placements_searched.push_back(placement_label(c.placement, c.chunks_per_device));
   const std::vector<Frugal> frugal = frugal_schedules(space, options.rules);
   const bool partition_free = !options.rules.fixed_partition && layers_match(p);
   out.status = static_memory_status(p, options.rules);
@@ -290,8 +291,8 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   const Clock::time_point starts_until = after(0.25), repairs_until = after(0.5), moves_until = after(0.6);
   const std::vector<int> interleaved = interleaved_chunk_counts(space);
   std::vector<FamilyRun> runs =
-      run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250),
-                   interleaved, after(kTuningsShareOfLimit));
+      run_families(p, {.op_times = false, .any_timing = false}, after(1) + std::chrono::milliseconds(250), interleaved,
+                   after(kTuningsShareOfLimit));
   rule_out(options.rules, &runs);
   out.stats.best_family = baseline_of(fastest_fitting(runs, options.objective), options.objective);
   out.stats.best_published_family =
@@ -388,9 +389,9 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   const bool lns = by_time && !options.exact && lns_applies(starts[0].built.problem, options);
   const double search_share = exact_by_time ? 0.5 : lns ? kLnsFrom : kSearchShare;
   const double race_share = repartition ? search_share * kRaceShareBeforePartition / kSearchShare : search_share;
-  Placements placements = placements_of(starts, num_searches, space, options.exact,
-                                        options.robust_sigma > 0 ? &robust : nullptr,
-                                        options.objective, options.rules, repartition, free_bounds, repairs_until);
+  Placements placements =
+      placements_of(starts, num_searches, space, options.exact, options.robust_sigma > 0 ? &robust : nullptr,
+                    options.objective, options.rules, repartition, free_bounds, repairs_until);
   const size_t ops = starts[0].built.schedule.num_ops();
   RaceSetup race{.starts = &starts,
                  .num_searches = num_searches,

@@ -16,7 +16,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kSettleRounds = 64;  // simulations to hold a start's transfers until it fits
+constexpr int kSettleRounds = 64;        // simulations to hold a start's transfers until it fits
 constexpr size_t kGreedyPlacements = 4;  // placements of the space the greedy starts are made on
 
 // A start, scored; when it overflows the budget (and there is time), also the same order with
@@ -41,16 +41,18 @@ void add_start(const std::string& name, FamilySchedule built, const ScheduleRule
   starts->push_back({name, std::move(built), sc});
 }
 
-std::string greedy_name(const PlacementCandidate& pl) { return "greedy " + placement_label(pl.placement, pl.chunks_per_device); }
+std::string greedy_name(const PlacementCandidate& pl) {
+  return "greedy " + placement_label(pl.placement, pl.chunks_per_device);
+}
 
 // The placements of the space the greedy starts are made on, the most promising first: on each,
 // a short byte-limited greedy (a quarter offloaded where offloads are allowed), scored beside the
 // best family or frugal start already on it; then the best `most` of them. On a large space the
 // full set of greedy starts on every placement would take the starts' whole time on the first few.
 std::vector<const PlacementCandidate*> promising_placements(const std::vector<PlacementCandidate>& space,
-                                                            const std::vector<Start>& starts, const ScheduleRules& rules,
-                                                            Objective objective, size_t most,
-                                                            Clock::time_point deadline) {
+                                                            const std::vector<Start>& starts,
+                                                            const ScheduleRules& rules, Objective objective,
+                                                            size_t most, Clock::time_point deadline) {
   std::vector<std::pair<Score, const PlacementCandidate*>> scored;
   for (const PlacementCandidate& pl : space) {
     Score best;
@@ -58,8 +60,8 @@ std::vector<const PlacementCandidate*> promising_placements(const std::vector<Pl
     for (const Start& st : starts)
       if (same_placement(st.built.problem, pl.problem) && st.score < best) best = st.score;
     if (space.size() > most && Clock::now() < deadline) {
-      FilledGreedy quick = filled_greedy(pl.problem, pl.chunks_per_device > 1, rules.offload ? 0.25 : 0, 3, objective,
-                                         deadline, rules);
+      FilledGreedy quick =
+          filled_greedy(pl.problem, pl.chunks_per_device > 1, rules.offload ? 0.25 : 0, 3, objective, deadline, rules);
       if (!quick.schedule.devices.empty() && quick.score < best) best = quick.score;
     }
     scored.push_back({best, &pl});
@@ -78,9 +80,9 @@ std::vector<const PlacementCandidate*> promising_placements(const std::vector<Pl
 // 15.98 s with a quarter against 16.2 s without). Then, on every placement again while there is
 // time, half and all of them offloaded (u-d8-m32-tight-scarce, 4 activations of room and a slow
 // link: 4.08 s with all, 4.11 s before; at D = 64, M = 512 they take 2–7 s each and lose).
-void add_filled_greedy_starts(const std::vector<const PlacementCandidate*>& placed, const ScheduleRules& rules, const Scoring& scoring,
-                              Objective objective, Clock::time_point deadline, bool* out_of_time,
-                              std::vector<Start>* starts) {
+void add_filled_greedy_starts(const std::vector<const PlacementCandidate*>& placed, const ScheduleRules& rules,
+                              const Scoring& scoring, Objective objective, Clock::time_point deadline,
+                              bool* out_of_time, std::vector<Start>* starts) {
   constexpr int kFillRounds = 8;  // D = 64, M = 128: the sixth round repaired best
   for (const std::vector<double>& offload_shares : {std::vector<double>{0, 0.125, 0.25}, {0.5, 1}})
     for (const PlacementCandidate* candidate : placed) {
@@ -114,9 +116,9 @@ void add_filled_greedy_starts(const std::vector<const PlacementCandidate*>& plac
 // in between. Where a device holds several chunks, each limit with and without slots reserved for
 // a microbatch's later chunks (neither is better everywhere). The largest limits come first, on
 // every placement, as they are the fastest once offloaded.
-void add_greedy_starts(const std::vector<const PlacementCandidate*>& placed, const Problem& p, const ScheduleRules& rules,
-                       const Scoring& scoring, Clock::time_point deadline, bool* out_of_time,
-                       std::vector<Start>* starts) {
+void add_greedy_starts(const std::vector<const PlacementCandidate*>& placed, const Problem& p,
+                       const ScheduleRules& rules, const Scoring& scoring, Clock::time_point deadline,
+                       bool* out_of_time, std::vector<Start>* starts) {
   std::vector<std::vector<int>> limits(placed.size());  // per placement, descending
   size_t most_limits = 0;
   for (size_t j = 0; j < placed.size(); j++) {

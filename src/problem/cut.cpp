@@ -251,9 +251,10 @@ std::vector<int> transformer_layers_per_stage(const Problem& p) {
 Result<Problem> rechunk(const Problem& p, Placement placement, int chunks_per_device) {
   if (chunks_per_device < 1 || chunks_per_device > 64 || (placement == Placement::kLinear && chunks_per_device != 1) ||
       (placement == Placement::kVShape && chunks_per_device != 2))
-    return Result<Problem>::Error(Status::Invalid(
-        std::string("cannot re-cut for placement ") + placement_name(placement) + " with " +
-        std::to_string(chunks_per_device) + " chunk(s) per device (linear: 1, vshape: 2, interleaved and wave: 1 to 64)"));
+    return Result<Problem>::Error(
+        Status::Invalid(std::string("cannot re-cut for placement ") + placement_name(placement) + " with " +
+                        std::to_string(chunks_per_device) +
+                        " chunk(s) per device (linear: 1, vshape: 2, interleaved and wave: 1 to 64)"));
   if (Status st = check_no_recompute_layers(p); !st.ok()) return Result<Problem>::Error(st);
   if (placement == p.placement && chunks_per_device == p.chunks_per_device) return Result<Problem>::Of(p);
   Problem q = p;

@@ -49,8 +49,9 @@ Status check_rules_options(const ScheduleRules& rules) {
         some = some || ((p == Placement::kInterleaved || p == Placement::kWave) && v >= 2) ||
                (p == Placement::kVShape && v == 2) || (p == Placement::kLinear && v == 1);
     if (!some)
-      return Status::Invalid("chunks per device: no placement asked for takes that many (linear has 1, V-shape 2, "
-                             "interleaved and wave 2 or more)");
+      return Status::Invalid(
+          "chunks per device: no placement asked for takes that many (linear has 1, V-shape 2, "
+          "interleaved and wave 2 or more)");
   }
   if (rules.whole_stage_recompute && !rules.recompute)
     return Status::Invalid("whole-stage recompute and no recompute do not go together");
