@@ -66,7 +66,11 @@ int main(int argc, char** argv) {
     // before any search, so a short run gives it).
     OptimizeOptions probe = options;
     probe.time_limit_s = 0.01;
-    const std::vector<int64_t> minimum = optimize(base.value, probe).budget_lower_bound_bytes;
+    const OptimizeResult probed = optimize(base.value, probe);
+    // Under one budget for every device, none below the uniform minimum fits (a 1/D share of the
+    // model's static bytes on one device at least).
+    std::vector<int64_t> minimum = probed.budget_lower_bound_bytes;
+    for (int64_t& m : minimum) m = std::max(m, probed.uniform_budget_lower_bound_bytes);
     for (double share : shares) {
       Problem p = base.value;
       for (int d = 0; d < p.num_devices; d++)

@@ -482,3 +482,77 @@ TEST(Partition, TheBoundGuidedCutsAreNearTheBound) {
   EXPECT_GT(pair_cuts, 10);
   EXPECT_GT(lighter_cuts, 10);
 }
+
+// The space (every placement and chunk count the layers allow). On small random layered models
+// under one budget for every device: every family on every placement and v of the space, on
+// every cut of the layers (up to 40 a placement), that fits is no faster than the bound the
+// optimizer reports and needs no less than its memory minimums; every answer restricted to one
+// placement and v is no faster than that bound either. Fails when the bound or the minimum
+// covers only some placements (they drop with v).
+TEST(Space, BoundsHoldOverEveryPlacementAndChunkCount) {
+  std::mt19937 rng(48);
+  int checked = 0, above_two = 0, explicit_runs = 0;
+  for (int trial = 0; trial < 12; trial++) {
+    std::vector<std::vector<int>> unused;
+    Problem p = random_layered_problem(rng, Placement::kLinear, &unused);
+    // Three items a device and up to three more: the space holds three chunks a device.
+    const int items = 3 * p.num_devices + static_cast<int>(rng() % 4);
+    while (static_cast<int>(p.layers.size()) < items) p.layers.push_back(p.layers[rng() % p.layers.size()]);
+    p.layers.resize(items);
+    std::vector<int> per_stage(p.num_devices, items / p.num_devices);
+    per_stage.back() += items % p.num_devices;
+    cut_layers(per_stage, &p);
+    // One budget: the most static bytes a device holds on the even cut, and room for 2 to 9
+    // of the largest activations.
+    int64_t budget = 0, largest_act = 0;
+    for (const DeviceSpec& d : p.devices) budget = std::max(budget, d.static_bytes);
+    for (const LayerSpec& l : p.layers) largest_act = std::max(largest_act, l.act_f_bytes);
+    budget += (2 + static_cast<int64_t>(rng() % 8)) * largest_act;
+    for (DeviceSpec& d : p.devices) d.mem_budget_bytes = budget;
+    const OptimizeResult r = optimize(p, by_evaluations(300, 0, 1));
+    if (r.status.code == StatusCode::kInfeasible) continue;  // static memory alone passes the budgets
+    ASSERT_TRUE(r.status.ok()) << r.status.message;
+    const std::string what = "trial " + std::to_string(trial);
+    for (const PlacementCandidate& c : placement_space(p, {})) {
+      above_two += c.chunks_per_device > 2;
+      std::vector<std::vector<int>> cuts;
+      std::vector<int> counts;
+      every_cut(static_cast<int>(p.layers.size()), c.problem.num_stages(), counts, &cuts);
+      if (cuts.size() > 40) cuts.resize(40);
+      for (const std::vector<int>& cut : cuts) {
+        Result<Problem> q = with_partition(c.problem, cut);
+        ASSERT_TRUE(q.ok()) << q.status.message;
+        for (const Family& f : families()) {
+          if (f.placement != c.placement || (f.placement != Placement::kInterleaved && f.chunks_per_device != c.chunks_per_device))
+            continue;
+          Result<FamilySchedule> fs = build_family(f, q.value, c.chunks_per_device);
+          if (!fs.ok()) continue;
+          SimResult sim = simulate(fs.value.problem, fs.value.schedule, {.op_times = false});
+          ASSERT_TRUE(sim.ok()) << sim.status.message;
+          if (!fits_budget(fs.value.problem, sim.timeline)) continue;
+          checked++;
+          EXPECT_GE(sim.timeline.makespan_us, r.lower_bound_us * (1 - 1e-9)) << what << " " << f.name;
+          int64_t most = 0;
+          for (int d = 0; d < p.num_devices; d++) {
+            EXPECT_GE(sim.timeline.devices[d].peak_bytes, r.budget_lower_bound_bytes[d]) << what << " " << f.name;
+            most = std::max(most, sim.timeline.devices[d].peak_bytes);
+          }
+          EXPECT_GE(most, r.uniform_budget_lower_bound_bytes) << what << " " << f.name;
+        }
+      }
+      OptimizeOptions alone = by_evaluations(300, 0, 1);
+      alone.rules.placements = {c.placement};
+      alone.rules.chunk_counts = {c.chunks_per_device};
+      const OptimizeResult e = optimize(p, alone);
+      ASSERT_TRUE(e.status.ok()) << e.status.message;
+      explicit_runs++;
+      if (e.outcome != Outcome::kInfeasible) {
+        EXPECT_GE(e.timeline.makespan_us, r.lower_bound_us * (1 - 1e-9)) << what << " " << e.problem.chunks_per_device;
+        EXPECT_GE(e.lower_bound_us, r.lower_bound_us * (1 - 1e-9)) << what;  // the space's is the least
+      }
+    }
+  }
+  EXPECT_GT(checked, 200);
+  EXPECT_GT(above_two, 5);
+  EXPECT_GT(explicit_runs, 40);
+}
