@@ -265,6 +265,13 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   // the budget above which the answer always fits (it is a start, and nothing after it loses a
   // fitting schedule).
   const std::vector<PlacementCandidate> space = placement_space(p, options.rules);
+  if (space.empty()) {
+    out.status = Status::Invalid("no placement the rules allow (" + options.rules.describe() +
+                                 ") can be cut from this problem: its layers allow 1 to " +
+                                 std::to_string(max_chunks_per_device(p)) +
+                                 " chunks per device (a chunk holds one layer at least)");
+    return out;
+  }
   for (const PlacementCandidate& c : space)
     out.stats.placements_searched.push_back(placement_label(c.placement, c.chunks_per_device));
   const std::vector<Frugal> frugal = frugal_schedules(space, options.rules);
