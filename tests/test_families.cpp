@@ -139,6 +139,18 @@ TEST(ClosedForm, InterleavedDividesTheBubbleByV) {
   }
 }
 
+// torch's ScheduleLoopedBFS: with M ≥ D every device runs its forwards back to back, so the bubble
+// is GPipe's ÷ v ((D − 1) · 3T / v), at GPipe's memory (every microbatch through every chunk).
+TEST(ClosedForm, LoopedBfsDividesTheBubbleByVAtGPipesMemory) {
+  for (int v : {1, 2, 3, 4})  // thirds of a byte count round down: 1e-3 of an activation
+    for (auto [D, M] : {std::pair{4, 8}, {4, 4}, {8, 16}}) {
+      const Problem p = uniform(D, M);
+      Ran bfs = run("looped-bfs", p, v);
+      EXPECT_NEAR(bubble_us(bfs), (D - 1) * 3 * kT / v, 1e-6) << "D=" << D << " M=" << M << " v=" << v;
+      EXPECT_NEAR(peak_acts(bfs, 0), M, 1e-3) << "D=" << D << " M=" << M << " v=" << v;
+    }
+}
+
 TEST(ClosedForm, VShapesTradeMemory) {
   for (int D : {4, 6, 8}) {
     const int M = 4 * D;

@@ -15,6 +15,8 @@ const std::vector<Family>& families() {
       {"1f1b", Placement::kLinear, 1, make_1f1b, "one forward, one backward; at most D−d activations on device d"},
       {"interleaved-1f1b", Placement::kInterleaved, 2, make_interleaved_1f1b,
        "Megatron's interleaved 1F1B over v chunks per device; bubble ÷ v, more activations"},
+      {"looped-bfs", Placement::kInterleaved, 2, make_looped_bfs,
+       "torch's breadth-first loop: every microbatch through a chunk, then the next; GPipe's memory, v chunks"},
       {"zb-h1", Placement::kLinear, 1, make_zb_h1, "zero-bubble H1: split backward, W fills bubbles; 1F1B's memory"},
       {"zb-h2", Placement::kLinear, 1, make_zb_h2, "zero-bubble H2: more warm-up forwards; ~zero bubble at ~2× memory"},
       {"zb-auto", Placement::kLinear, 1, make_zb_auto,
