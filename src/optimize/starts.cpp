@@ -46,23 +46,30 @@ std::string greedy_name(const PlacementCandidate& pl) {
 }
 
 // The placements of the space the greedy starts are made on, the most promising first: on each,
-// a short byte-limited greedy (a quarter offloaded where offloads are allowed), scored beside the
-// best family or frugal start already on it; then the best `most` of them. On a large space the
+// a short byte-limited greedy (a quarter offloaded where offloads are allowed; a start too), scored
+// beside the best family or frugal start already on it; then the best `most` of them. On a large space the
 // full set of greedy starts on every placement would take the starts' whole time on the first few.
 std::vector<const PlacementCandidate*> promising_placements(const std::vector<PlacementCandidate>& space,
-                                                            const std::vector<Start>& starts,
-                                                            const ScheduleRules& rules, Objective objective,
-                                                            size_t most, Clock::time_point deadline) {
+                                                            const ScheduleRules& rules, const Scoring& scoring,
+                                                            size_t most, Clock::time_point deadline,
+                                                            std::vector<Start>* starts) {
   std::vector<std::pair<Score, const PlacementCandidate*>> scored;
   for (const PlacementCandidate& pl : space) {
     Score best;
     best.overflow_bytes = std::numeric_limits<double>::infinity();
-    for (const Start& st : starts)
+    for (const Start& st : *starts)
       if (same_placement(st.built.problem, pl.problem) && st.score < best) best = st.score;
     if (space.size() > most && Clock::now() < deadline) {
-      FilledGreedy quick =
-          filled_greedy(pl.problem, pl.chunks_per_device > 1, rules.offload ? 0.25 : 0, 3, objective, deadline, rules);
-      if (!quick.schedule.devices.empty() && quick.score < best) best = quick.score;
+      const bool reserve = pl.chunks_per_device > 1;
+      FilledGreedy quick = filled_greedy(pl.problem, reserve, rules.offload ? 0.25 : 0, 3, scoring.objective,
+                                         deadline, rules);
+      if (!quick.schedule.devices.empty()) {
+        if (quick.score < best) best = quick.score;
+        // A start of its own too (the screen's time is not lost).
+        add_start(greedy_name(pl) + " screened" + (reserve ? " reserved" : "") +
+                      (rules.offload ? " +offload 25%" : ""),
+                  {pl.problem, std::move(quick.schedule)}, rules, scoring, deadline, starts, &quick.score);
+      }
     }
     scored.push_back({best, &pl});
   }
@@ -291,7 +298,7 @@ std::vector<Start> make_starts(const Problem& p, const std::vector<PlacementCand
   // The placements screened first take a tenth.
   const Clock::time_point screen_deadline = Clock::now() + (greedy_deadline - Clock::now()) / 10;
   const std::vector<const PlacementCandidate*> placed =
-      promising_placements(space, starts, rules, objective, kGreedyPlacements, screen_deadline);
+      promising_placements(space, rules, scoring, kGreedyPlacements, screen_deadline, &starts);
   const Clock::time_point filled_deadline = Clock::now() + (greedy_deadline - Clock::now()) / 4;
   if (!*out_of_time) add_filled_greedy_starts(placed, rules, scoring, objective, filled_deadline, out_of_time, &starts);
   *out_of_time = Clock::now() > deadline;  // their own deadline cutting them short is not the caller's
