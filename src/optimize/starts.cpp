@@ -61,13 +61,12 @@ std::vector<const PlacementCandidate*> promising_placements(const std::vector<Pl
       if (same_placement(st.built.problem, pl.problem) && st.score < best) best = st.score;
     if (space.size() > most && Clock::now() < deadline) {
       const bool reserve = pl.chunks_per_device > 1;
-      FilledGreedy quick = filled_greedy(pl.problem, reserve, rules.offload ? 0.25 : 0, 3, scoring.objective,
-                                         deadline, rules);
+      FilledGreedy quick =
+          filled_greedy(pl.problem, reserve, rules.offload ? 0.25 : 0, 3, scoring.objective, deadline, rules);
       if (!quick.schedule.devices.empty()) {
         if (quick.score < best) best = quick.score;
         // A start of its own too (the screen's time is not lost).
-        add_start(greedy_name(pl) + " screened" + (reserve ? " reserved" : "") +
-                      (rules.offload ? " +offload 25%" : ""),
+        add_start(greedy_name(pl) + " screened" + (reserve ? " reserved" : "") + (rules.offload ? " +offload 25%" : ""),
                   {pl.problem, std::move(quick.schedule)}, rules, scoring, deadline, starts, &quick.score);
       }
     }
