@@ -357,6 +357,7 @@ int run_plan(const PlanArgs& a, CLI::App* c) {
                       {"frugal_budget_bytes", r.frugal_budget_bytes},
                       {"uniform_budget_lower_bound_bytes", r.uniform_budget_lower_bound_bytes},
                       {"frugal_schedule", r.frugal_label},
+                      {"partition", partition_json(r.problem)},
                       {"search",
                        {{"wall_s", r.stats.wall_s},
                         {"evaluations", r.stats.evaluations},

@@ -136,6 +136,13 @@ for r in rows:
     assert r["lower_bound_us"] <= r["makespan_us"] * (1 + 1e-9), r
     assert r["gap"] >= 0, r
 print("ok   plan --json: every row's gap is non-negative, over budget or not")
+# The answer's partition: llama2-70b's 80 layers over its stages, the embedding first, the head last.
+part, opt = o["partition"], next(r for r in o["schedules"] if r["schedule"] == "optimized")
+assert o["outcome"] != "infeasible", o["outcome"]
+assert sum(part["layers_per_stage"]) == 80, part
+assert len(part["layers_per_stage"]) == 16 * opt["chunks_per_device"], (part, opt["chunks_per_device"])
+assert part["embedding_stage"] == 0 and part["head_stage"] == len(part["layers_per_stage"]) - 1, part
+print("ok   plan --json: the partition, 80 layers over the answer's stages")
 PY
 
 # The layout search: layouts ranked by throughput, each that fits under any timing, beside

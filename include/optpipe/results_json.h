@@ -41,6 +41,11 @@ nlohmann::json rules_json(const ScheduleRules& rules);
 // {"name" (the run's label), "makespan_us", "objective_us"}, or null for an empty baseline.
 nlohmann::json baseline_json(const OptimizeStats::Baseline& b);
 
+// The partition of a problem with its layers: {"layers_per_stage": transformer layers per stage in
+// stage order, "embedding_stage": 0, "head_stage": S − 1 (null where the model has none)}; an
+// empty object without layers.
+nlohmann::json partition_json(const Problem& p);
+
 // An optimizer's answer: its timeline's figures (as timeline_json), then outcome, lower bound,
 // gap, placement, best_family ({name, makespan_us, objective_us} of the fastest family that fits,
 // as published or tuned, or null), best_published_family (as published only), the idle-time cut

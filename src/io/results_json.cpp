@@ -127,6 +127,15 @@ nlohmann::json baseline_json(const OptimizeStats::Baseline& b) {
   return {{"name", b.label}, {"makespan_us", b.makespan_us}, {"objective_us", b.objective_us}};
 }
 
+nlohmann::json partition_json(const Problem& p) {
+  if (!layers_match(p)) return nlohmann::json::object();
+  const bool embedding = p.layers.front().kind == LayerKind::kEmbedding,
+             head = p.layers.back().kind == LayerKind::kHead;
+  return {{"layers_per_stage", transformer_layers_per_stage(p)},
+          {"embedding_stage", embedding ? nlohmann::json(0) : nlohmann::json(nullptr)},
+          {"head_stage", head ? nlohmann::json(p.num_stages() - 1) : nlohmann::json(nullptr)}};
+}
+
 nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& options) {
   using json = nlohmann::json;
   const OptimizeStats& st = r.stats;
@@ -155,7 +164,7 @@ nlohmann::json optimize_json(const OptimizeResult& r, const OptimizeOptions& opt
   j["uniform_budget_lower_bound_bytes"] = r.uniform_budget_lower_bound_bytes;
   j["would_help"] = r.would_help;
   j["frugal_schedule"] = r.frugal_label;
-  if (layers_match(r.problem)) j["layers_per_stage"] = transformer_layers_per_stage(r.problem);
+  j.update(partition_json(r.problem));
   j["timing"] = options.any_timing ? "any" : "exact";
   j["rules"] = rules_json(options.rules);
   j["robust"] = options.robust_sigma > 0 ? json{{"sigma", options.robust_sigma}, {"samples", options.robust_samples}}
