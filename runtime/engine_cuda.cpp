@@ -8,8 +8,7 @@
 // times). The budget is held by the schedule's own gates: there is no host-side memory gate, so
 // a schedule that fits only at its predicted timing may pass it when transfers run late.
 //
-// Hops: NCCL when every rank has a GPU of its own, posted in messages.h's order; else gloo
-// through host memory (NCCL cannot connect two ranks on one GPU).
+// Hops: hops_cuda.h (NCCL, or gloo through host memory).
 #include "engine_cuda.h"
 
 #include <ATen/Context.h>
@@ -17,16 +16,14 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <set>
 #include <utility>
 
 #include "check.h"
+#include "hops_cuda.h"
 #include "messages.h"
 
 namespace optpipe::runtime {
@@ -76,124 +73,6 @@ class PinnedPool {
   std::multimap<int64_t, at::Tensor> free_;
   std::vector<at::Tensor> taken_;
   int64_t total_bytes_ = 0;
-};
-
-// The hops of one rank: activations and gradients to and from its peers.
-class Hops {
- public:
-  Hops(const Problem& p, const Schedule& s, const GptConfig& cfg, const Group& g)
-      : g_(g),
-        order_(message_order(p, s, g.rank)),
-        shape_{cfg.microbatch_size, cfg.model.seq_len, cfg.model.hidden},
-        me_("rank " + std::to_string(g.rank)) {
-    if (g.hops_over_nccl) connect(p);
-  }
-
-  void begin_iteration() {
-    next_.clear();
-    posted_.clear();
-    ready_.clear();
-    sends_.clear();
-    if (g_.hops_over_nccl) {
-      pump();
-    } else {
-      for (const auto& [peer, msgs] : order_)
-        for (const Message& m : msgs)
-          if (!m.send) {
-            at::Tensor host = at::empty(shape_, at::TensorOptions().pinned_memory(true));
-            std::vector<at::Tensor> bufs{host};
-            posted_[m.tag] = {host, g_.pg->recv(bufs, m.peer, m.tag)};
-          }
-    }
-  }
-
-  // `t` for the consumer `tag` on `peer`, enqueued on the current (compute) stream.
-  void send(const at::Tensor& t, int peer, int tag) {
-    if (g_.hops_over_nccl) {
-      ready_[tag] = t.contiguous();
-      pump();
-      return;
-    }
-    std::vector<at::Tensor> bufs{t.to(at::kCPU)};  // waits for the compute stream
-    sends_.emplace_back(bufs[0], g_.pg->send(bufs, peer, tag));
-  }
-
-  // The tensor for the consumer `tag`; the compute stream waits for it, the host does not
-  // (except through gloo, where it arrives in host memory).
-  at::Tensor receive(int tag, const std::string& what) {
-    if (g_.hops_over_nccl) pump();
-    auto it = posted_.find(tag);
-    OPTPIPE_CHECK(it != posted_.end(), what + ": its receive was not posted (the message order is broken)");
-    if (g_.hops_over_nccl) {
-      it->second.second->wait();  // the current stream waits on NCCL's
-      return it->second.first;
-    }
-    wait_work(it->second.second, g_.timeout_s, what);
-    return it->second.first.to(g_.device, /*non_blocking=*/true);
-  }
-
-  // Every message of the iteration posted; the sends through gloo waited for.
-  void end_iteration() {
-    if (g_.hops_over_nccl) {
-      pump();
-      for (const auto& [peer, msgs] : order_)
-        OPTPIPE_CHECK(next_[peer] == msgs.size(),
-                      me_ + ": a message to or from rank " + std::to_string(peer) + " was never posted");
-    }
-    for (auto& [t, work] : sends_) wait_work(work, g_.timeout_s, me_ + ": sending to a peer");
-  }
-
- private:
-  // NCCL connects a pair of ranks on its first message, blocking both hosts until both arrive;
-  // so every pair connects before the first iteration, one pair at a time in one global order.
-  void connect(const Problem& p) {
-    std::set<std::pair<int, int>> pairs;
-    for (int st = 0; st + 1 < p.num_stages(); st++) {
-      const int a = p.device_of(st), b = p.device_of(st + 1);
-      if (a != b) pairs.insert({std::min(a, b), std::max(a, b)});
-    }
-    auto options = c10d::ProcessGroupNCCL::Options::create();
-    options->timeout = std::chrono::milliseconds(static_cast<int64_t>(g_.timeout_s * 1000));
-    nccl_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl", g_.store),
-                                                        g_.rank, g_.world_size, options);
-    for (const auto& [lo, hi] : pairs) {
-      if (g_.rank != lo && g_.rank != hi) continue;
-      std::vector<at::Tensor> one{at::zeros({1}, at::TensorOptions().device(g_.device))};
-      auto work = g_.rank == lo ? nccl_->send(one, hi, 0) : nccl_->recv(one, lo, 0);
-      work->wait();
-      synchronize(g_.device);
-    }
-  }
-
-  // Posts each pair's next messages while they can be: receives at once, sends once ready.
-  void pump() {
-    for (const auto& [peer, msgs] : order_) {
-      size_t& k = next_[peer];
-      for (; k < msgs.size(); k++) {
-        const Message& m = msgs[k];
-        if (m.send) {
-          auto it = ready_.find(m.tag);
-          if (it == ready_.end()) break;
-          std::vector<at::Tensor> bufs{it->second};
-          sends_.emplace_back(it->second, nccl_->send(bufs, peer, m.tag));
-          ready_.erase(it);
-        } else {
-          std::vector<at::Tensor> bufs{at::empty(shape_, at::TensorOptions().device(g_.device))};
-          posted_[m.tag] = {bufs[0], nccl_->recv(bufs, peer, m.tag)};
-        }
-      }
-    }
-  }
-
-  const Group& g_;
-  std::map<int, std::vector<Message>> order_;
-  std::vector<int64_t> shape_;
-  std::string me_;
-  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl_;
-  std::map<int, size_t> next_;                                                   // per peer: first message not posted
-  std::map<int, std::pair<at::Tensor, c10::intrusive_ptr<c10d::Work>>> posted_;  // receives by tag
-  std::map<int, at::Tensor> ready_;                                              // sends waiting for their turn
-  std::vector<std::pair<at::Tensor, c10::intrusive_ptr<c10d::Work>>> sends_;     // kept alive until done
 };
 
 // What one iteration enqueues and reads back once it has run.
