@@ -195,7 +195,7 @@ std::vector<bool> at_best_chunks(const std::vector<FamilyRun>& runs, Objective o
   // Per family: the best (fits, objective) and its count.
   std::map<const Family*, std::pair<std::pair<bool, double>, int>> best;
   for (const FamilyRun& run : runs) {
-    if (!run.status.ok() || run.family->placement != Placement::kInterleaved) continue;
+    if (!run.status.ok() || !run.family->takes_any_chunks()) continue;
     const std::pair<bool, double> key{!run.fits, objective_us(run.timeline, objective)};
     auto [at, fresh] = best.insert({run.family, {key, run.built.problem.chunks_per_device}});
     if (!fresh && key < at->second.first) at->second = {key, run.built.problem.chunks_per_device};

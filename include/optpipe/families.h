@@ -31,6 +31,8 @@ struct Family {
   int chunks_per_device;    // v it uses (for interleaved, the default of any it takes)
   FamilyFn make;            // expects a problem already in that placement
   const char* description;  // one line: what it trades
+  // Whether it runs at any chunk count (the looped ones), not only its own.
+  bool takes_any_chunks() const { return placement == Placement::kInterleaved; }
 };
 
 const std::vector<Family>& families();

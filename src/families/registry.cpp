@@ -43,7 +43,7 @@ const Family* find_family(const std::string& name) {
 Result<FamilySchedule> build_family(const Family& f, const Problem& p, int chunks_per_device) {
   int v = f.chunks_per_device;
   if (chunks_per_device > 0) {
-    if (f.placement != Placement::kInterleaved && chunks_per_device != f.chunks_per_device)
+    if (!f.takes_any_chunks() && chunks_per_device != f.chunks_per_device)
       return Result<FamilySchedule>::Error(
           Status::Invalid(std::string(f.name) + " runs " + std::to_string(f.chunks_per_device) +
                           " chunk(s) per device, not " + std::to_string(chunks_per_device)));
@@ -76,7 +76,7 @@ namespace {
 // The chunk counts a family is run at: its own, or for a family that takes any (interleaved) each of
 // `interleaved_chunks`, else every count from 2 to what p's items fill.
 std::vector<int> chunks_to_run(const Family& f, const Problem& p, const std::vector<int>& interleaved_chunks) {
-  if (f.placement != Placement::kInterleaved) return {f.chunks_per_device};
+  if (!f.takes_any_chunks()) return {f.chunks_per_device};
   if (!interleaved_chunks.empty()) return interleaved_chunks;
   std::vector<int> all;
   for (int v = 2; v <= std::max(2, max_chunks_per_device(p)); v++) all.push_back(v);
@@ -95,7 +95,7 @@ std::vector<FamilyRun> run_some_families(const Problem& p, const SimOptions& sim
     for (int v : chunks_to_run(f, p, interleaved_chunks)) {
       FamilyRun run;
       run.family = &f;
-      run.label = f.placement == Placement::kInterleaved ? std::string(f.name) + " v" + std::to_string(v) : f.name;
+      run.label = f.takes_any_chunks() ? std::string(f.name) + " v" + std::to_string(v) : f.name;
       if (std::chrono::steady_clock::now() > deadline) {
         run.status = Status::Invalid(run.label + ": not built, the time limit had passed");
         out.push_back(std::move(run));
@@ -137,7 +137,7 @@ std::vector<FamilyRun> run_families_on_cut(const Problem& q, const SimOptions& s
                                            std::chrono::steady_clock::time_point tunings_deadline) {
   return run_some_families(q, sim, deadline, {q.chunks_per_device}, tunings_deadline, [&](const Family& f) {
     return f.placement == q.placement &&
-           (f.placement == Placement::kInterleaved || f.chunks_per_device == q.chunks_per_device);
+           (f.takes_any_chunks() || f.chunks_per_device == q.chunks_per_device);
   });
 }
 
