@@ -136,8 +136,7 @@ std::vector<FamilyRun> run_families_on_cut(const Problem& q, const SimOptions& s
                                            std::chrono::steady_clock::time_point deadline,
                                            std::chrono::steady_clock::time_point tunings_deadline) {
   return run_some_families(q, sim, deadline, {q.chunks_per_device}, tunings_deadline, [&](const Family& f) {
-    return f.placement == q.placement &&
-           (f.takes_any_chunks() || f.chunks_per_device == q.chunks_per_device);
+    return f.placement == q.placement && (f.takes_any_chunks() || f.chunks_per_device == q.chunks_per_device);
   });
 }
 
