@@ -77,7 +77,7 @@ int run_optimize(const OptimizeArgs& a) {
   const bool fits = r.outcome != Outcome::kInfeasible;
   const bool write = fits && !a.out_path.empty();
   if (write)
-    if (Status st = write_text_file(a.out_path, schedule_to_json(r.schedule)); !st.ok()) return fail(st);
+    if (Status st = write_text_file(a.out_path, plan_file_text(r.problem, r.schedule)); !st.ok()) return fail(st);
   if (a.as_json) {
     nlohmann::json j = optimize_json(r, options);
     if (write) j["schedule_file"] = a.out_path;

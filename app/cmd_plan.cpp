@@ -79,13 +79,27 @@ Result<PlanInputs> plan_inputs(const PlanArgs& a) {
   return R::Of(std::move(in));
 }
 
-// The problem the cost model builds from the presets and options (and a measured profile).
-Result<Problem> plan_problem(const PlanArgs& a, int* seq_len) {
+// The problem the cost model builds from the presets and options (and a measured profile), and
+// what it was planned for.
+Result<Problem> plan_problem(const PlanArgs& a, PlannedFor* planned_for) {
   using R = Result<Problem>;
   Result<PlanInputs> in = plan_inputs(a);
   if (!in.ok()) return R::Error(in.status);
-  *seq_len = in.value.model.seq_len;
-  Result<Problem> problem = build_problem(in.value.model, in.value.cluster, in.value.plan);
+  const PlanSpec& plan = in.value.plan;
+  Result<Problem> problem = build_problem(in.value.model, in.value.cluster, plan);
+  if (problem.ok()) {
+    *planned_for = {.model = in.value.model,
+                    .cluster = a.cluster,
+                    .tp = plan.tp,
+                    .dp = plan.dp,
+                    .sequence_parallel = plan.sequence_parallel,
+                    .distributed_optimizer = plan.distributed_optimizer,
+                    .microbatch_size = plan.microbatch_size,
+                    .num_microbatches = problem.value.num_microbatches,
+                    .global_batch = int64_t{problem.value.num_microbatches} * plan.microbatch_size * plan.dp,
+                    .mem_budget_bytes = problem.value.devices.front().mem_budget_bytes};
+    planned_for->model.name = a.model;
+  }
   if (!problem.ok() || a.profile_path.empty()) return problem;
   Result<std::string> text = read_text_file(a.profile_path);
   if (!text.ok()) return R::Error(text.status);
@@ -139,10 +153,11 @@ struct PlanTable {
   }
 };
 
-Status write_plan_files(const PlanArgs& a, const Problem& p, const OptimizeResult& r,
+Status write_plan_files(const PlanArgs& a, const Problem& p, const PlannedFor& planned_for, const OptimizeResult& r,
                         const std::vector<FamilyRun>& runs) {
   if (r.outcome != Outcome::kInfeasible && !a.out_path.empty())
-    if (Status st = write_text_file(a.out_path, schedule_to_json(r.schedule)); !st.ok()) return st;
+    if (Status st = write_text_file(a.out_path, plan_file_text(r.problem, r.schedule, planned_for)); !st.ok())
+      return st;
   if (!a.problem_out_path.empty())
     if (Status st = write_text_file(a.problem_out_path, problem_to_json(p)); !st.ok()) return st;
   if (a.report_path.empty()) return Status::Ok();
@@ -151,12 +166,12 @@ Status write_plan_files(const PlanArgs& a, const Problem& p, const OptimizeResul
                          html_report(title, problem_summary(p), report_rows(runs, r), report_charts(r, runs, {})));
 }
 
-void print_plan(const PlanArgs& a, const Problem& p, int seq_len, const OptimizeOptions& options,
+void print_plan(const PlanArgs& a, const Problem& p, const PlannedFor& planned_for, const OptimizeOptions& options,
                 const OptimizeResult& r, const FamilyRun* best, const FamilyRun* best_published,
                 const PlanTable& table) {
   const std::string what = a.model + " on " + a.cluster + ", " + std::to_string(p.num_microbatches) +
-                           " microbatches of " + std::to_string(a.microbatch_size) + " × " + std::to_string(seq_len) +
-                           " tokens";
+                           " microbatches of " + std::to_string(a.microbatch_size) + " × " +
+                           std::to_string(planned_for.model.seq_len) + " tokens";
   const std::string rules = options.rules.any() ? "rules: " + options.rules.describe() + "\n" : "";
   std::printf("%s\nproblem: %s\n%s\n%s\n", what.c_str(), problem_summary(p).c_str(), rules.c_str(),
               aligned_table(table.rows).c_str());
@@ -308,8 +323,8 @@ int run_layout_search(const PlanArgs& a, CLI::App* c) {
 
 int run_plan(const PlanArgs& a, CLI::App* c) {
   if (a.search) return run_layout_search(a, c);
-  int seq_len = 0;
-  Result<Problem> problem = plan_problem(a, &seq_len);
+  PlannedFor planned_for;
+  Result<Problem> problem = plan_problem(a, &planned_for);
   if (!problem.ok()) return fail(problem.status);
   OptimizeOptions options = a.optimizer.parsed();
   if (Status st = a.optimizer.apply_partition(&problem.value, &options); !st.ok()) return fail(st);
@@ -336,10 +351,10 @@ int run_plan(const PlanArgs& a, CLI::App* c) {
   table.hidden = static_cast<int>(std::count(shown.begin(), shown.end(), false));
   table.add("optimized", r.problem, r.timeline, fits,
             fits ? r.lower_bound_us : lower_bound_for(r.problem, false, options.objective));
-  if (Status st = write_plan_files(a, p, r, runs); !st.ok()) return fail(st);
+  if (Status st = write_plan_files(a, p, planned_for, r, runs); !st.ok()) return fail(st);
 
   if (!a.as_json) {
-    print_plan(a, p, seq_len, options, r, best, best_published, table);
+    print_plan(a, p, planned_for, options, r, best, best_published, table);
     return fits ? kExitOk : kExitInfeasible;
   }
   nlohmann::json j = {{"model", a.model},

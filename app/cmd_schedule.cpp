@@ -27,7 +27,7 @@ int run_schedule(const ScheduleArgs& a) {
   Result<Timeline> checked = checked_timeline(fs.value, "family " + a.family);
   OPTPIPE_CHECK(checked.ok(), checked.status.message);
   const Timeline& t = checked.value;
-  if (Status st = emit(a.out_path, schedule_to_json(fs.value.schedule)); !st.ok()) return fail(st);
+  if (Status st = emit(a.out_path, plan_file_text(fs.value.problem, fs.value.schedule)); !st.ok()) return fail(st);
   if (a.out_path.empty() || a.out_path == "-") return kExitOk;
   if (a.as_json) {
     nlohmann::json j = timeline_json(fs.value.problem, t);

@@ -6,6 +6,7 @@
 
 #include "optpipe/files.h"
 #include "optpipe/json_io.h"
+#include "optpipe/plan_file.h"
 
 namespace optpipe {
 
@@ -55,24 +56,53 @@ Status emit(const std::string& path, const std::string& text) {
   return write_text_file(path, text);
 }
 
+namespace {
+
+std::string g_command_line;
+
+}  // namespace
+
+void set_command_line(int argc, char** argv) {
+  g_command_line.clear();
+  for (int i = 0; i < argc; i++) {
+    std::string arg = i == 0 ? "optpipe" : argv[i];
+    if (arg.empty() || arg.find_first_of(" \t'\"$\\") != std::string::npos) {
+      std::string quoted = "'";
+      for (char ch : arg) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+      arg = quoted + "'";
+    }
+    if (i) g_command_line += ' ';
+    g_command_line += arg;
+  }
+}
+
+const std::string& command_line() { return g_command_line; }
+
+std::string plan_file_text(const Problem& p, const Schedule& s, const std::optional<PlannedFor>& planned_for) {
+  return plan_file_to_json({.schedule = s, .problem = p, .planned_for = planned_for, .command_line = command_line()});
+}
+
 Result<FamilySchedule> load_schedule(const std::string& problem_path, const std::string& schedule_path,
-                                     const std::string& family, int chunks) {
+                                     const std::string& family, int chunks, std::optional<PlannedFor>* planned_for) {
   using R = Result<FamilySchedule>;
-  Result<Problem> p = load_problem(problem_path);
-  if (!p.ok()) return R::Error(p.status);
   OPTPIPE_CHECK(schedule_path.empty() != family.empty(), "the caller checks that one source is given");
   if (!family.empty()) {
+    Result<Problem> p = load_problem(problem_path);
+    if (!p.ok()) return R::Error(p.status);
     const Family* f = find_family(family);
     if (!f) return R::Error(Status::Invalid("unknown family \"" + family + "\" (see: optpipe families)"));
     return build_family(*f, p.value, chunks);
   }
   Result<std::string> text = read_text_file(schedule_path);
   if (!text.ok()) return R::Error(text.status);
-  Result<Schedule> s = schedule_from_json(text.value);
-  if (!s.ok()) return R::Error(Status::Invalid(schedule_path + ": " + s.status.message));
-  Result<Problem> re = problem_for(p.value, s.value);
-  if (!re.ok()) return R::Error(re.status);
-  FamilySchedule out{std::move(re.value), std::move(s.value)};
+  Result<PlanFile> file = plan_file_from_json(text.value);
+  if (!file.ok()) return R::Error(Status::Invalid(schedule_path + ": " + file.status.message));
+  if (planned_for) *planned_for = file.value.planned_for;
+  Result<Problem> given = problem_path.empty() ? Result<Problem>::Of({}) : load_problem(problem_path);
+  if (!given.ok()) return R::Error(given.status);
+  Result<Problem> re = plan_problem(file.value, problem_path.empty() ? nullptr : &given.value, problem_path);
+  if (!re.ok()) return R::Error(Status::Invalid(schedule_path + ": " + re.status.message));
+  FamilySchedule out{std::move(re.value), std::move(file.value.schedule)};
   return R::Of(std::move(out));
 }
 

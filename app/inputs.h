@@ -2,9 +2,11 @@
 // (from a file or a family), writing output.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "optpipe/families.h"
+#include "optpipe/plan_file.h"
 #include "optpipe/problem.h"
 #include "optpipe/status.h"
 
@@ -33,10 +35,22 @@ std::string executable_path();
 // Writes to the file, or to stdout when the path is empty or "-".
 Status emit(const std::string& path, const std::string& text);
 
-// The schedule to work on: read from a file, or built by a family. A schedule made for another
-// placement of the same model (a V-shape schedule, a linear problem) gets the problem re-cut.
-// Exactly one of schedule_path and family is given (the caller checks: a usage error).
+// The command line as typed (shell-quoted), for the plan files a command writes; main sets it.
+void set_command_line(int argc, char** argv);
+const std::string& command_line();
+
+// A plan file of the schedule with the problem it runs on, what it was planned for (if from a
+// model) and this command line.
+std::string plan_file_text(const Problem& p, const Schedule& s, const std::optional<PlannedFor>& planned_for = {});
+
+// The schedule to work on: read from a plan file, or built by a family. A plan file's own problem
+// is used; a problem path given beside it must be the same problem (else InvalidInput naming
+// where they differ). A file without a problem (format 1) needs the path. A schedule made for
+// another placement of the same model (a V-shape schedule, a linear problem) gets the problem
+// re-cut. Exactly one of schedule_path and family is given (the caller checks: a usage error).
+// planned_for, when given, gets what the file says it was planned for.
 Result<FamilySchedule> load_schedule(const std::string& problem_path, const std::string& schedule_path,
-                                     const std::string& family, int chunks);
+                                     const std::string& family, int chunks,
+                                     std::optional<PlannedFor>* planned_for = nullptr);
 
 }  // namespace optpipe

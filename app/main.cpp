@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "inputs.h"
+#include "optpipe/plan_file.h"
 
 using namespace optpipe;
 
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && (std::string(argv[1]) == "run" || std::string(argv[1]) == "profile")) return exec_runtime(argc, argv);
   CLI::App app{"optpipe: pipeline-parallel schedules under a memory budget"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "optpipe 0.1.0");
+  app.set_version_flag("--version", std::string("optpipe ") + optpipe_version());
   // Listed for --help; main() hands them to optpipe-runtime before parsing.
   app.add_subcommand(
       "run",
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
       add_simulate_command(app), add_compare_command(app),  add_export_command(app),
       add_report_command(app),   add_optimize_command(app), add_plan_command(app),
   };
+  set_command_line(argc, argv);
   return parse_and_run(app, argc, argv, "optpipe", [&] {
     for (const Command& c : commands)
       if (*c.app) return c.run();

@@ -15,6 +15,7 @@
 #include "optpipe/json_io.h"
 #include "optpipe/noise.h"
 #include "optpipe/optimize.h"
+#include "optpipe/plan_file.h"
 #include "optpipe/results_json.h"
 #include "optpipe/units.h"
 #include "optpipe/validate.h"
@@ -42,11 +43,14 @@ Problem problem_arg(const py::object& problem) {
   return value_or_raise(problem_from_json(to_text(problem)));
 }
 
-// Schedule and problem, the problem re-cut when the schedule was made for another placement.
+// Schedule and problem: a plan file's own problem (a problem given beside it must be the same),
+// else the given one (default: the built-in problem), re-cut for the schedule's placement.
 std::pair<Problem, Schedule> pair_args(const py::object& problem, const py::object& schedule) {
-  Schedule s = value_or_raise(schedule_from_json(to_text(schedule)));
-  Problem p = value_or_raise(problem_for(problem_arg(problem), s));
-  return {std::move(p), std::move(s)};
+  PlanFile f = value_or_raise(plan_file_from_json(to_text(schedule)));
+  Problem given;
+  if (!problem.is_none() || !f.problem) given = problem_arg(problem);
+  Problem p = value_or_raise(plan_problem(f, problem.is_none() && f.problem ? nullptr : &given, "problem"));
+  return {std::move(p), std::move(f.schedule)};
 }
 
 Timeline checked(const Problem& p, const Schedule& s, const SimOptions& sim) {

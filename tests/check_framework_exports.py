@@ -1,20 +1,28 @@
 #!/usr/bin/env python3
 """Reads optpipe's Megatron-LM and torchtitan exports back the way those frameworks do.
 
-  check_framework_exports.py megatron FLAGS_FILE SCHEDULE_JSON PROBLEM_JSON
-  check_framework_exports.py torchtitan TOML_FILE SCHEDULE_JSON PROBLEM_JSON
+  check_framework_exports.py megatron FLAGS_FILE PLAN_JSON
+  check_framework_exports.py torchtitan TOML_FILE PLAN_JSON
+  check_framework_exports.py torchtitan-py PY_FILE PLAN_JSON
 
-The layout string is parsed with Megatron-LM's own grammar (parse_str_to_list of
-megatron/core/transformer/pipeline_parallel_layer_layout.py, commit d98e8a6, transcribed below)
-and validated as its validate_layer_layout does (E first, L last, once each, count of t equal to
---num-layers); the stages must hold the schedule's items per stage. torchtitan's TOML is read with
-tomllib; module_fqns_per_model_part must list every module once, in order, stage by stage.
+PLAN_JSON is the plan file (optpipe.schedule/2 with its problem). Megatron's flags are parsed
+with argparse as Megatron declares them, the layout string with Megatron-LM's own grammar
+(parse_str_to_list of megatron/core/transformer/pipeline_parallel_layer_layout.py) and the
+checks of validate_args (megatron/training/arguments.py) and of the interleaved schedule
+(megatron/core/pipeline_parallel/schedules.py) that these flags meet, transcribed at Megatron-LM
+commit d98e8a6. Where megatron-core is importable, its PipelineParallelLayerLayout checks the
+layout too. torchtitan 0.2's TOML is read with tomllib and its microbatch count derived as
+torchtitan/distributed/pipeline_parallel.py does; torchtitan 0.3's Python configuration is run on
+torchtitan's own ParallelismConfig and TrainingConfig when torchtitan is importable (else on
+stand-ins with the same fields and defaults).
 """
+import argparse
 import json
 import re
 import shlex
 import sys
 import tomllib
+import types
 
 
 def megatron_parse_str_to_list(layout_str):
@@ -33,53 +41,142 @@ def megatron_parse_str_to_list(layout_str):
     return layout_list
 
 
-def items_per_stage(schedule, problem):
-    if "items_per_stage" in schedule:
-        return schedule["items_per_stage"]
-    return [s["num_layers"] for s in problem["stages"]]
+def items_per_stage(plan):
+    if "items_per_stage" in plan:
+        return plan["items_per_stage"]
+    return [s["num_layers"] for s in plan["problem"]["stages"]]
 
 
-def check_megatron(text, schedule, problem):
+def megatron_parser():
+    # The flags optpipe writes, declared as Megatron declares them (types, store_true).
+    p = argparse.ArgumentParser()
+    for name in ("--pipeline-model-parallel-size", "--num-layers", "--tensor-model-parallel-size",
+                 "--micro-batch-size", "--global-batch-size", "--hidden-size", "--ffn-hidden-size",
+                 "--num-attention-heads", "--num-query-groups", "--seq-length", "--max-position-embeddings",
+                 "--microbatch-group-size-per-vp-stage", "--recompute-num-layers"):
+        p.add_argument(name, type=int)
+    p.add_argument("--pipeline-model-parallel-layout", type=str)
+    p.add_argument("--recompute-granularity", choices=["full", "selective"])
+    p.add_argument("--recompute-method", choices=["uniform", "block"])
+    for name in ("--sequence-parallel", "--use-distributed-optimizer", "--group-query-attention", "--swiglu", "--bf16"):
+        p.add_argument(name, action="store_true")
+    return p
+
+
+def check_megatron(text, plan):
     flags = [line for line in text.splitlines() if line.startswith("--")]
     assert len(flags) == 1, text
-    args = shlex.split(flags[0])
-    value = lambda name: args[args.index(name) + 1]
-    pp = int(value("--pipeline-model-parallel-size"))
-    num_layers = int(value("--num-layers"))
-    stages = megatron_parse_str_to_list(value("--pipeline-model-parallel-layout"))
+    args = megatron_parser().parse_args(shlex.split(flags[0]))  # an unknown flag fails here
+    pp, num_layers = args.pipeline_model_parallel_size, args.num_layers
+    stages = megatron_parse_str_to_list(args.pipeline_model_parallel_layout)
     assert len(stages) % pp == 0, (len(stages), pp)
+    vp = len(stages) // pp
     flat = [layer for stage in stages for layer in stage]  # stage order is layer order (looped)
     assert flat[0] == "embedding" and flat[-1] == "loss", flat
     assert flat.count("embedding") == 1 and flat.count("loss") == 1
     assert flat.count("decoder") == num_layers, (flat.count("decoder"), num_layers)
-    want = items_per_stage(schedule, problem)
+    want = items_per_stage(plan)
     assert [len(s) for s in stages] == want, ([len(s) for s in stages], want)
-    assert pp == problem["num_devices"] and len(stages) // pp == schedule["chunks_per_device"]
-    print(f"ok: Megatron layout of {len(stages)} stages on {pp} ranks, {num_layers} layers, items {want}")
+    problem = plan["problem"]
+    assert pp == problem["num_devices"] and vp == plan["chunks_per_device"]
+    try:  # megatron-core's own class, where it is installed (it needs torch)
+        from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+        PipelineParallelLayerLayout(args.pipeline_model_parallel_layout, pp).validate_layer_layout(num_layers, None)
+        print("ok: megatron-core's PipelineParallelLayerLayout accepts the layout")
+    except ImportError:
+        pass
+    # validate_args: interleaving needs pp > 1 (overlap_p2p_comm is on by default, else pp > 2).
+    if vp > 1:
+        assert pp > 1, "When interleaved schedule is used, pipeline-model-parallel size should be greater than 1"
+        m = problem["num_microbatches"]
+        group = args.microbatch_group_size_per_vp_stage or pp
+        assert pp <= group <= m, f"group size {group} outside [PP={pp}, M={m}]"
+        assert not (0 < m % group < pp), f"M % N = {m % group} is neither 0 nor >= PP"
+    if args.recompute_granularity == "selective":
+        assert args.recompute_method is None
+    if args.recompute_granularity == "full":
+        assert args.recompute_method is not None and args.recompute_num_layers is not None
+    planned = plan.get("planned_for")
+    if planned:
+        model = planned["model"]
+        tp, dp = args.tensor_model_parallel_size, planned["dp"]
+        assert tp == planned["tp"]
+        assert args.num_attention_heads % tp == 0, "heads divisible by tp"
+        groups = args.num_query_groups if args.group_query_attention else args.num_attention_heads
+        assert groups == model["kv_heads"] and groups % tp == 0
+        assert args.global_batch_size % (args.micro_batch_size * dp) == 0
+        assert args.global_batch_size // (args.micro_batch_size * dp) == problem["num_microbatches"], \
+            "Megatron's microbatch count is the plan's"
+        assert args.max_position_embeddings >= args.seq_length == model["seq_len"]
+        assert args.sequence_parallel == (tp > 1 and planned["sequence_parallel"])
+        assert (args.hidden_size, args.ffn_hidden_size, num_layers) == (model["hidden"], model["ffn"], model["num_layers"])
+        assert args.swiglu == (model["mlp"] == "swiglu")
+    print(f"ok: Megatron flags: {len(stages)} stages on {pp} ranks (vp {vp}), {num_layers} layers, items {want}")
 
 
-def check_torchtitan(text, schedule, problem):
-    config = tomllib.loads(text)["parallelism"]
-    parts = config["module_fqns_per_model_part"]
-    assert config["pipeline_parallel_degree"] == problem["num_devices"]
-    assert len(parts) == problem["num_devices"] * schedule["chunks_per_device"]
+def modules_of(parts, plan, head):
     flat = [name for part in parts for name in part]
     layers = [n for n in flat if n.startswith("layers.")]
-    expected = ["tok_embeddings"] + [f"layers.{i}" for i in range(len(layers))] + ["norm", "output"]
+    expected = ["tok_embeddings"] + [f"layers.{i}" for i in range(len(layers))] + ["norm", head]
     assert flat == expected, flat
-    want = items_per_stage(schedule, problem)
-    got = [len(part) - (part[-1] == "output") for part in parts]  # norm + output: the head item
-    assert got == want, (got, want)
-    style_v = config["pipeline_parallel_schedule"] in ("ZBVZeroBubble", "DualPipeV")
-    assert style_v == (schedule["placement"] == "vshape"), config["pipeline_parallel_schedule"]
-    print(f"ok: torchtitan {len(parts)} model parts cover {len(flat)} modules once, in order")
+    got = [len(part) - (part[-1] == head) for part in parts]  # norm + head: the head item
+    assert got == items_per_stage(plan), (got, items_per_stage(plan))
+    return len(flat)
+
+
+def check_titan_fields(parallelism, training, plan, head):
+    problem = plan["problem"]
+    assert parallelism.pipeline_parallel_degree == problem["num_devices"]
+    parts = parallelism.module_fqns_per_model_part
+    assert len(parts) == problem["num_devices"] * plan["chunks_per_device"]
+    n = modules_of(parts, plan, head)
+    style_v = parallelism.pipeline_parallel_schedule in ("ZBVZeroBubble", "DualPipeV")
+    assert style_v == (plan["placement"] in ("vshape", "wave")), parallelism.pipeline_parallel_schedule
+    planned = plan.get("planned_for")
+    if planned:
+        # torchtitan/distributed/pipeline_parallel.py: n_microbatches = local_batch_size // microbatch size.
+        assert training.local_batch_size % parallelism.pipeline_parallel_microbatch_size == 0
+        n_microbatches = training.local_batch_size // parallelism.pipeline_parallel_microbatch_size
+        assert n_microbatches == problem["num_microbatches"], (n_microbatches, problem["num_microbatches"])
+        assert parallelism.tensor_parallel_degree == planned["tp"]
+        dp = parallelism.data_parallel_shard_degree * parallelism.data_parallel_replicate_degree
+        assert dp == planned["dp"] and training.global_batch_size == training.local_batch_size * dp
+        assert training.seq_len == planned["model"]["seq_len"]
+    return len(parts), n
+
+
+def check_torchtitan(text, plan):
+    config = tomllib.loads(text)
+    parallelism = types.SimpleNamespace(**config["parallelism"])
+    training = types.SimpleNamespace(**config.get("training", {}))
+    parts, n = check_titan_fields(parallelism, training, plan, "output")
+    print(f"ok: torchtitan 0.2 TOML: {parts} model parts cover {n} modules once, in order")
+
+
+def check_torchtitan_py(text, plan):
+    try:  # torchtitan 0.3's own dataclasses (torchtitan/config/configs.py), where installed
+        from torchtitan.config.configs import ParallelismConfig, TrainingConfig
+        config = types.SimpleNamespace(parallelism=ParallelismConfig(), training=TrainingConfig())
+        source = "torchtitan's own ParallelismConfig and TrainingConfig"
+    except ImportError:
+        config = types.SimpleNamespace(
+            parallelism=types.SimpleNamespace(pipeline_parallel_microbatch_size=1, data_parallel_shard_degree=-1,
+                                              data_parallel_replicate_degree=1, tensor_parallel_degree=1),
+            training=types.SimpleNamespace(local_batch_size=8, global_batch_size=-1, seq_len=2048))
+        source = "stand-ins with torchtitan 0.3's defaults"
+    scope = {}
+    exec(compile(text, "torchtitan-py", "exec"), scope)
+    config = scope["apply_optpipe_plan"](config)
+    parts, n = check_titan_fields(config.parallelism, config.training, plan, "lm_head")
+    print(f"ok: torchtitan 0.3 configuration on {source}: {parts} model parts cover {n} modules")
 
 
 def main():
-    kind, text_path, schedule_path, problem_path = sys.argv[1:5]
+    kind, text_path, plan_path = sys.argv[1:4]
     text = open(text_path).read()
-    schedule, problem = json.load(open(schedule_path)), json.load(open(problem_path))
-    (check_megatron if kind == "megatron" else check_torchtitan)(text, schedule, problem)
+    plan = json.load(open(plan_path))
+    assert "problem" in plan, f"{plan_path}: a plan file with its problem is expected"
+    {"megatron": check_megatron, "torchtitan": check_torchtitan, "torchtitan-py": check_torchtitan_py}[kind](text, plan)
 
 
 if __name__ == "__main__":

@@ -100,29 +100,57 @@ else
   echo "FAIL: the plain optimized schedule was refused: $(cat "$tmp/plain.err")"; failures=$((failures + 1))
 fi
 
-# The plan's partition as Megatron-LM's and torchtitan's settings, read back with their own
-# grammar: an interleaved plan with a free partition (uneven stages), a V-shape plan (torchtitan
+# The plan's settings for Megatron-LM and torchtitan, from the plan file alone, read back as the
+# frameworks read them: interleaved plans with a free partition (uneven stages), one with tensor
+# and data parallelism and a microbatch count Megatron must group, a V-shape plan (torchtitan
 # only: Megatron refuses it), a linear one pinned with --layers-per-stage.
-"$bin" optimize -p "$tmp/p.json" --placement interleaved --max-evaluations 500 -q -o "$tmp/inter.json" > /dev/null
+"$bin" plan --model gpt-7b --cluster 4xh100 --microbatches 8 --budget 30GiB -q --max-evaluations 500 \
+  --placement interleaved -o "$tmp/inter.json" > /dev/null
+"$bin" plan --model gpt-7b --cluster 8xh100 --tp 2 --dp 2 --microbatches 5 --budget 60GiB -q --max-evaluations 500 \
+  --placement interleaved -o "$tmp/tpdp.json" > /dev/null
 # (V-shape puts the embedding and the head on device 0: 30 GiB is too little there.)
 /usr/bin/python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); [d.update(mem_budget_bytes=40<<30) for d in p["devices"]]; json.dump(p, open(sys.argv[2], "w"))' "$tmp/p.json" "$tmp/p40.json"
 "$bin" optimize -p "$tmp/p40.json" --placement vshape --max-evaluations 500 -q -o "$tmp/v.json" > /dev/null
 "$bin" optimize -p "$tmp/p.json" --layers-per-stage 7,9,9,7 --max-evaluations 500 -q -o "$tmp/pinned.json" > /dev/null
 /usr/bin/python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["items_per_stage"] == [8,9,9,8]' "$tmp/pinned.json" \
   || { echo "FAIL: --layers-per-stage 7,9,9,7 is not the answer's partition"; failures=$((failures + 1)); }
-for s in inter pinned; do
-  "$bin" export -p "$tmp/p.json" -s "$tmp/$s.json" --format megatron -o "$tmp/$s.megatron" \
-    && /usr/bin/python3 "$here/check_framework_exports.py" megatron "$tmp/$s.megatron" "$tmp/$s.json" "$tmp/p.json" \
+grep -q -- "--microbatch-group-size-per-vp-stage 3" <("$bin" export -s "$tmp/tpdp.json" --format megatron) \
+  || { echo "FAIL: 5 microbatches on 2 ranks need Megatron's group size 3"; failures=$((failures + 1)); }
+for s in inter tpdp pinned; do
+  "$bin" export -s "$tmp/$s.json" --format megatron -o "$tmp/$s.megatron" \
+    && /usr/bin/python3 "$here/check_framework_exports.py" megatron "$tmp/$s.megatron" "$tmp/$s.json" \
     || { echo "FAIL: Megatron export of $s"; failures=$((failures + 1)); }
 done
-for s in inter v pinned; do
-  "$bin" export -p "$tmp/p.json" -s "$tmp/$s.json" --format torchtitan -o "$tmp/$s.toml" \
-    && /usr/bin/python3 "$here/check_framework_exports.py" torchtitan "$tmp/$s.toml" "$tmp/$s.json" "$tmp/p.json" \
+for s in inter tpdp v pinned; do
+  "$bin" export -s "$tmp/$s.json" --format torchtitan -o "$tmp/$s.toml" \
+    && /usr/bin/python3 "$here/check_framework_exports.py" torchtitan "$tmp/$s.toml" "$tmp/$s.json" \
+    && "$bin" export -s "$tmp/$s.json" --format torchtitan-py -o "$tmp/$s.py" \
+    && /usr/bin/python3 "$here/check_framework_exports.py" torchtitan-py "$tmp/$s.py" "$tmp/$s.json" \
     || { echo "FAIL: torchtitan export of $s"; failures=$((failures + 1)); }
 done
-if "$bin" export -p "$tmp/p.json" -s "$tmp/v.json" --format megatron > /dev/null 2> "$tmp/v.err" || ! grep -q "V-shape" "$tmp/v.err"; then
+if "$bin" export -s "$tmp/v.json" --format megatron > /dev/null 2> "$tmp/v.err" || ! grep -q "V-shape" "$tmp/v.err"; then
   echo "FAIL: a V-shape plan exported to Megatron without a refusal"; failures=$((failures + 1))
 else echo "ok   a V-shape plan is refused for Megatron, naming why"; fi
+
+# One plan file: every format from it alone; -p beside it must be the same problem; a file of
+# format 1 (no problem) needs -p, and the error names it.
+for f in json trace svg csv; do
+  "$bin" export -s "$tmp/inter.json" --format "$f" --drop-memory-ops -o "$tmp/inter.$f" 2> /dev/null \
+    || { echo "FAIL: export --format $f from the plan file alone"; failures=$((failures + 1)); }
+done
+"$bin" export -p "$tmp/p.json" -s "$tmp/inter.json" --format megatron > /dev/null \
+  || { echo "FAIL: -p with the plan's own problem is refused"; failures=$((failures + 1)); }
+if "$bin" export -p "$tmp/p40.json" -s "$tmp/inter.json" --format megatron > /dev/null 2> "$tmp/drift.err" \
+  || ! grep -q "differ at /devices/0/mem_budget_bytes" "$tmp/drift.err"; then
+  echo "FAIL: a -p that is not the plan's problem is not refused with where they differ"; failures=$((failures + 1))
+else echo "ok   a -p that disagrees with the plan file is refused, naming the field"; fi
+/usr/bin/python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); [s.pop(k, None) for k in ("problem","planned_for","optpipe_version","command_line")]; s["format"]="optpipe.schedule/1"; json.dump(s, open(sys.argv[2],"w"))' "$tmp/pinned.json" "$tmp/v1.json"
+if "$bin" simulate -s "$tmp/v1.json" > /dev/null 2> "$tmp/v1.err" || ! grep -q "optpipe.schedule/1.*--problem" "$tmp/v1.err"; then
+  echo "FAIL: a format-1 file without -p is not refused naming --problem"; failures=$((failures + 1))
+fi
+"$bin" simulate -s "$tmp/v1.json" -p "$tmp/p.json" > /dev/null \
+  && echo "ok   a format-1 schedule still reads with -p" \
+  || { echo "FAIL: a format-1 schedule with -p"; failures=$((failures + 1)); }
 if "$bin" optimize -p "$tmp/p.json" --layers-per-stage 7,9,9 -q > /dev/null 2> "$tmp/bad.err" || ! grep -q "3 counts for 4 devices" "$tmp/bad.err"; then
   echo "FAIL: a wrong --layers-per-stage is not refused with its reason"; failures=$((failures + 1))
 else echo "ok   a wrong --layers-per-stage is refused"; fi

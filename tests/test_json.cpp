@@ -1,7 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "optpipe/cost_model.h"
 #include "optpipe/families.h"
 #include "optpipe/json_io.h"
+#include "optpipe/plan_file.h"
 
 using namespace optpipe;
 
@@ -42,7 +46,7 @@ TEST(Json, ScheduleRoundTrip) {
   EXPECT_TRUE(has(text, "\"after\": \"OFFLOAD1 s0\"")) << text;
   EXPECT_TRUE(has(text, "\"after\": [\n")) << text;  // several: a list
   EXPECT_TRUE(has(text, "\"WAIT1 s0\"")) << text;
-  EXPECT_TRUE(has(text, "\"format\": \"optpipe.schedule/1\""));
+  EXPECT_TRUE(has(text, "\"format\": \"optpipe.schedule/2\""));
   Result<Schedule> back = schedule_from_json(text);
   ASSERT_TRUE(back.ok()) << back.status.message;
   EXPECT_EQ(schedule_to_json(back.value), text);
@@ -51,6 +55,70 @@ TEST(Json, ScheduleRoundTrip) {
   EXPECT_TRUE(back.value.devices[0].reloads[0].after.empty());
   EXPECT_EQ(back.value.devices[0].reloads[1].after, (std::vector<Op>{{OpKind::kOffload, 0, 1}}));
   EXPECT_EQ(back.value.devices[0].reloads[2].after, (std::vector<Op>{{OpKind::kOffload, 0, 1}, {OpKind::kF, 0, 4}}));
+}
+
+// Every plan-file version written so far reads: 1 (the schedule alone) and 2 (with the problem,
+// what it was planned for, the writer's version and command line).
+TEST(Json, PlanFileVersions) {
+  Result<FamilySchedule> fs = build_family(*find_family("zb-v"), default_problem());
+  ASSERT_TRUE(fs.ok()) << fs.status.message;
+  const ModelSpec model = find_model("llama2-7b").value;
+  PlannedFor pf{.model = model,
+                .cluster = "4xh100",
+                .tp = 2,
+                .dp = 2,
+                .microbatch_size = 2,
+                .num_microbatches = 8,
+                .global_batch = 32,
+                .mem_budget_bytes = int64_t{60} << 30};
+  PlanFile f{.schedule = fs.value.schedule,
+             .problem = fs.value.problem,
+             .planned_for = pf,
+             .command_line = "optpipe plan --tp 2"};
+  const std::string v2 = plan_file_to_json(f);
+  Result<PlanFile> back = plan_file_from_json(v2);
+  ASSERT_TRUE(back.ok()) << back.status.message;
+  EXPECT_EQ(back.value.format_version, 2);
+  EXPECT_EQ(back.value.optpipe_version, optpipe_version());
+  EXPECT_EQ(back.value.command_line, "optpipe plan --tp 2");
+  ASSERT_TRUE(back.value.problem && back.value.planned_for);
+  EXPECT_EQ(problem_to_json(*back.value.problem), problem_to_json(fs.value.problem));
+  EXPECT_EQ(back.value.planned_for->model.hidden, model.hidden);
+  EXPECT_EQ(back.value.planned_for->model.mlp, model.mlp);
+  EXPECT_EQ(back.value.planned_for->tp, 2);
+  EXPECT_EQ(plan_file_to_json(back.value), v2);
+
+  // Version 1: no problem, nothing planned for.
+  nlohmann::json j1 = nlohmann::json::parse(schedule_to_json(fs.value.schedule));
+  j1.erase("optpipe_version");
+  j1["format"] = "optpipe.schedule/1";
+  const std::string v1 = j1.dump();
+  back = plan_file_from_json(v1);
+  ASSERT_TRUE(back.ok()) << back.status.message;
+  EXPECT_EQ(back.value.format_version, 1);
+  EXPECT_FALSE(back.value.problem || back.value.planned_for);
+  EXPECT_EQ(schedule_to_json(back.value.schedule), schedule_to_json(fs.value.schedule));
+  // A version-1 file knows no plan-file fields.
+  Result<PlanFile> mixed = plan_file_from_json(v1.substr(0, v1.rfind('}')) + ", \"command_line\": \"x\"}");
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_TRUE(has(mixed.status.message, "command_line: unknown field")) << mixed.status.message;
+
+  // The problem held must be the one the schedule runs on; bad fields are named.
+  PlanFile other = f;
+  other.problem = default_problem();  // linear, not the V the schedule was made for
+  Result<PlanFile> wrong = plan_file_from_json(plan_file_to_json(other));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_TRUE(has(wrong.status.message, "problem.placement is linear")) << wrong.status.message;
+  PlanFile bad_batch = f;
+  bad_batch.planned_for->global_batch = 33;
+  wrong = plan_file_from_json(plan_file_to_json(bad_batch));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_TRUE(has(wrong.status.message, "planned_for.global_batch: 33")) << wrong.status.message;
+  std::string bad_stage = v2;
+  bad_stage.replace(bad_stage.find("\"t_f_us\""), 8, "\"t_f_usx\"");
+  wrong = plan_file_from_json(bad_stage);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_TRUE(has(wrong.status.message, "problem.stages[0].")) << wrong.status.message;
 }
 
 TEST(Json, BadProblemsNameTheField) {

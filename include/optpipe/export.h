@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "optpipe/plan_file.h"
 #include "optpipe/problem.h"
 #include "optpipe/schedule.h"
 #include "optpipe/simulate.h"
@@ -38,15 +39,24 @@ struct [[nodiscard]] CsvExport {
 };
 Result<CsvExport> pytorch_csv(const Schedule& s, bool drop_memory_ops = false);
 
-// The plan's layout and partition as Megatron-LM's flags: --pipeline-model-parallel-size, --num-layers
-// and --pipeline-model-parallel-layout (its grammar: E, t, L, "|", "(...)*n", "x*n"), plus the
-// first/last-stage flags where they say the same; a comment says what the flags cannot carry.
-// InvalidInput for a V-shape placement (Megatron's is looped) or a problem without its items.
-Result<std::string> megatron_flags(const Problem& p);
-// The same for torchtitan: a [parallelism] TOML snippet with module_fqns_per_model_part (Llama's
-// module names), the pipeline degree, the schedule name whose stage-to-rank style matches the
-// placement, and the schedule CSV's path.
-Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_path);
+// The plan's layout and partition as Megatron-LM's flags, one line: --pipeline-model-parallel-size,
+// --num-layers and --pipeline-model-parallel-layout (its grammar: E, t, L, "|", "(...)*n", "x*n"),
+// the microbatch group size where Megatron's interleaved schedule needs one, recompute flags
+// where Megatron can say what the plan recomputes, and with what the plan was planned for
+// (plan_file.h) the tensor size, sequence parallelism, distributed optimizer, micro and global
+// batch and the model's shape; comments say what the flags cannot carry. InvalidInput for a V or
+// wave placement (Megatron's is looped), chunks on one device, fewer microbatches than ranks with
+// chunks, or a problem without its items.
+Result<std::string> megatron_flags(const Problem& p, const Schedule& s, const PlannedFor* planned_for = nullptr);
+// The same for torchtitan 0.2: its TOML ([training] batch and sequence, [parallelism] degrees,
+// microbatch size, module_fqns_per_model_part with Llama's module names, the schedule name whose
+// stage-to-rank style matches the placement, the schedule CSV's path).
+Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_path,
+                                    const PlannedFor* planned_for = nullptr);
+// torchtitan 0.3, which reads no TOML: a Python function apply_optpipe_plan(config) setting the
+// same fields on a Trainer.Config (the head named lm_head, as 0.3 names it).
+Result<std::string> torchtitan_config(const Problem& p, const std::string& csv_path,
+                                      const PlannedFor* planned_for = nullptr);
 
 // One SVG: per device a compute lane and its offload and reload lanes (ops coloured by kind,
 // microbatch on each box, later chunks lighter, idle time blank), a time axis in ms, then per

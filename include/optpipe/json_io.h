@@ -5,7 +5,7 @@
 // A problem read here is also passed through check_problem().
 //
 //   Result<Problem> p = problem_from_json(text);
-//   std::string out = schedule_to_json(schedule);  // {"format": "optpipe.schedule/1", ...}
+//   std::string out = schedule_to_json(schedule);  // {"format": "optpipe.schedule/2", ...}
 #pragma once
 
 #include <string>
@@ -17,12 +17,13 @@
 namespace optpipe {
 
 constexpr const char* kProblemFormat = "optpipe.problem/1";
-constexpr const char* kScheduleFormat = "optpipe.schedule/1";
+constexpr const char* kScheduleFormat = "optpipe.schedule/2";  // plan_file.h; /1 still reads
 constexpr const char* kProfileFormat = "optpipe.profile/1";
 
 Result<Problem> problem_from_json(const std::string& text);
 std::string problem_to_json(const Problem& p);  // pretty-printed, every field
 
+// The schedule of a plan file (plan_file.h), and a plan file holding only a schedule.
 Result<Schedule> schedule_from_json(const std::string& text);
 std::string schedule_to_json(const Schedule& s);  // one op name per entry, e.g. "BW3 s1"
 

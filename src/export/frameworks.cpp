@@ -7,6 +7,7 @@
 // pipeline_parallel.py): module_fqns_per_model_part lists each stage's modules in global stage
 // order; rank r holds stages r, r + pp, ... ("loop"), or r and 2·pp − 1 − r ("v", chosen by the
 // schedule names ZBVZeroBubble and DualPipeV).
+#include <algorithm>
 #include <string>
 
 #include "optpipe/export.h"
@@ -26,9 +27,62 @@ Status need_items(const Problem& p, const char* framework) {
 // "t*3", "t", or "" for k layers.
 std::string layers_token(int k) { return k == 0 ? "" : k == 1 ? "t" : "t*" + std::to_string(k); }
 
+// Megatron's recompute flags for what the plan recomputes, or "" with *note saying why none can
+// say it: Megatron recomputes every microbatch of every stage alike (recompute_method "block":
+// the first n layers of each virtual stage), optpipe chooses per stage and microbatch.
+std::string megatron_recompute(const Problem& p, const Schedule& s, std::string* note) {
+  int block_layers = -1;  // the stages' recompute_layers, when equal
+  for (const StageSpec& st : p.stages)
+    block_layers = block_layers < 0 || block_layers == st.recompute_layers ? st.recompute_layers : -2;
+  if (block_layers == -2) {
+    *note =
+        "the plan recomputes a different number of layers on each stage; Megatron's --recompute-num-layers is one "
+        "count for every stage";
+    return "";
+  }
+  std::vector<int> recomputed(p.num_stages(), 0);
+  int offloads = 0;
+  for (const DeviceSchedule& ds : s.devices) {
+    for (const Op& op : ds.compute) recomputed[op.stage] += op.kind == OpKind::kR;
+    offloads += static_cast<int>(ds.offloads.size());
+  }
+  if (offloads > 0)
+    *note = std::to_string(offloads) + " activation offloads (Megatron's flags have no per-microbatch offload)";
+  const bool none = std::all_of(recomputed.begin(), recomputed.end(), [](int n) { return n == 0; });
+  const bool every = std::all_of(recomputed.begin(), recomputed.end(), [&](int n) { return n == p.num_microbatches; });
+  if (block_layers > 0 && none)
+    return " --recompute-granularity full --recompute-method block --recompute-num-layers " +
+           std::to_string(block_layers);
+  if (block_layers == 0 && every) {
+    int most = 0;
+    for (int k : transformer_layers_per_stage(p)) most = std::max(most, k);
+    return " --recompute-granularity full --recompute-method block --recompute-num-layers " + std::to_string(most);
+  }
+  if (!none) {
+    int n = 0;
+    for (int k : recomputed) n += k;
+    *note += std::string(note->empty() ? "" : "; ") + std::to_string(n) + " of " +
+             std::to_string(p.num_stages() * p.num_microbatches) +
+             " stage forwards recomputed (Megatron recomputes all microbatches of a stage alike)";
+  }
+  return "";
+}
+
+// Megatron's interleaved schedule runs microbatches in groups of --microbatch-group-size-per-vp-stage
+// (default: the pipeline size); it requires a group size from pp to M whose remainder M mod N is 0
+// or at least pp (megatron/core/pipeline_parallel/schedules.py). 0: the default is fine; -1: none.
+int megatron_group_size(int pp, int num_microbatches) {
+  if (num_microbatches < pp) return -1;
+  for (int n = pp; n <= num_microbatches; n++) {
+    const int rest = num_microbatches % n;
+    if (rest == 0 || rest >= pp) return n == pp ? 0 : n;
+  }
+  return -1;
+}
+
 }  // namespace
 
-Result<std::string> megatron_flags(const Problem& p) {
+Result<std::string> megatron_flags(const Problem& p, const Schedule& s, const PlannedFor* planned_for) {
   using R = Result<std::string>;
   if (Status st = need_items(p, "Megatron-LM"); !st.ok()) return R::Error(st);
   if (p.placement == Placement::kVShape || p.placement == Placement::kWave)
@@ -41,79 +95,192 @@ Result<std::string> megatron_flags(const Problem& p) {
     return R::Error(Status::Invalid(
         "Megatron-LM runs virtual pipeline stages only with a pipeline size above 1; this plan puts " +
         std::to_string(p.chunks_per_device) + " chunks on its single device: plan with --chunks 1 for Megatron"));
+  const int S = p.num_stages(), D = p.num_devices, M = p.num_microbatches;
+  const int group = p.chunks_per_device > 1 ? megatron_group_size(D, M) : 0;
+  if (group < 0)
+    return R::Error(Status::Invalid(
+        "Megatron-LM's interleaved schedule needs at least as many microbatches as "
+        "pipeline ranks; this plan has " +
+        std::to_string(M) + " on " + std::to_string(D) + ": plan with more --microbatches, or --chunks 1"));
   const std::vector<int> layers = transformer_layers_per_stage(p);
-  const int S = p.num_stages(), D = p.num_devices;
   std::vector<std::string> stages;
   int total = 0;
-  for (int s = 0; s < S; s++) {
-    std::string stage = s == 0 ? "E" : "";
-    stage += layers_token(layers[s]);
-    if (s == S - 1) stage += 'L';
+  for (int st = 0; st < S; st++) {
+    std::string stage = st == 0 ? "E" : "";
+    stage += layers_token(layers[st]);
+    if (st == S - 1) stage += 'L';
     stages.push_back(std::move(stage));
-    total += layers[s];
+    total += layers[st];
   }
   // Runs of equal stages as "(x|)*n", then the next stage after a cosmetic comma.
   std::string layout;
-  for (int s = 0; s < S;) {
+  for (int st = 0; st < S;) {
     int n = 1;
-    while (s + n < S && stages[s + n] == stages[s]) n++;
+    while (st + n < S && stages[st + n] == stages[st]) n++;
     if (n >= 2) {
-      layout += "(" + stages[s] + "|)*" + std::to_string(n) + (s + n < S ? "," : "");
+      layout += "(" + stages[st] + "|)*" + std::to_string(n) + (st + n < S ? "," : "");
     } else {
-      layout += stages[s] + (s + 1 < S ? "|" : "");
+      layout += stages[st] + (st + 1 < S ? "|" : "");
     }
-    s += n;
+    st += n;
   }
   if (!layout.empty() && layout.back() == ',') layout.pop_back();
-  std::string out = "# optpipe plan for Megatron-LM: the pipeline layout and partition. Megatron runs its own ";
-  out += p.chunks_per_device > 1 ? "interleaved 1F1B" : "1F1B";
-  out += " order; optpipe's order, offloads and recomputes are not expressible as its flags.\n";
-  out += "--pipeline-model-parallel-size " + std::to_string(D) + " --num-layers " + std::to_string(total) +
-         " --pipeline-model-parallel-layout \"" + layout + "\"\n";
+  if (planned_for && planned_for->model.num_layers != total)
+    return R::Error(Status::Invalid("the plan's model has " + std::to_string(planned_for->model.num_layers) +
+                                    " layers but its problem's stages hold " + std::to_string(total)));
+
+  std::string flags = "--pipeline-model-parallel-size " + std::to_string(D) + " --num-layers " + std::to_string(total) +
+                      " --pipeline-model-parallel-layout \"" + layout + "\"";
+  if (group > 0) flags += " --microbatch-group-size-per-vp-stage " + std::to_string(group);
+  std::string not_carried =
+      "the order (Megatron runs its own " + std::string(p.chunks_per_device > 1 ? "interleaved 1F1B" : "1F1B") + ")";
+  std::string recompute_note;
+  flags += megatron_recompute(p, s, &recompute_note);
+  if (!recompute_note.empty()) not_carried += ", " + recompute_note;
+  if (planned_for) {
+    const PlannedFor& pf = *planned_for;
+    const ModelSpec& m = pf.model;
+    flags += " --tensor-model-parallel-size " + std::to_string(pf.tp);
+    if (pf.tp > 1 && pf.sequence_parallel) flags += " --sequence-parallel";
+    if (pf.dp > 1 && pf.distributed_optimizer) flags += " --use-distributed-optimizer";
+    flags += " --micro-batch-size " + std::to_string(pf.microbatch_size) + " --global-batch-size " +
+             std::to_string(pf.global_batch);
+    flags += " --hidden-size " + std::to_string(m.hidden) + " --ffn-hidden-size " + std::to_string(m.ffn) +
+             " --num-attention-heads " + std::to_string(m.heads);
+    if (m.kv_heads != m.heads) flags += " --group-query-attention --num-query-groups " + std::to_string(m.kv_heads);
+    flags += " --seq-length " + std::to_string(m.seq_len) + " --max-position-embeddings " + std::to_string(m.seq_len);
+    if (m.mlp == Mlp::kSwiGlu) flags += " --swiglu";
+    if (m.bytes_per_value == 2) flags += " --bf16";
+  }
+  std::string out = "# optpipe plan for Megatron-LM: layout, partition";
+  out += planned_for ? ", parallel sizes, batch and the model's shape" : "";
+  out += ". Not carried: " + not_carried + ".\n";
+  if (planned_for)
+    out += "# Launch on tp × pp × dp = " + std::to_string(planned_for->tp) + " × " + std::to_string(D) + " × " +
+           std::to_string(planned_for->dp) + " = " + std::to_string(planned_for->tp * D * planned_for->dp) +
+           " GPUs (Megatron derives the data-parallel size from the world size); the architecture flags optpipe does "
+           "not model (normalization, position embedding, biases, tokenizer) are the model's own.\n";
+  else
+    out +=
+        "# The parallel sizes, batch and model flags come with a plan file from optpipe plan (this problem has no "
+        "model behind it).\n";
+  out += flags + "\n";
   // Without virtual stages, the first/last-stage flags say the same when the middle stages are even.
   bool even_middle = S >= 3;
-  for (int s = 2; s + 1 < S; s++) even_middle = even_middle && layers[s] == layers[1];
+  for (int st = 2; st + 1 < S; st++) even_middle = even_middle && layers[st] == layers[1];
   if (p.chunks_per_device == 1 && even_middle && layers[0] > 0 && layers[S - 1] > 0)
-    out += "# or, equivalently: --pipeline-model-parallel-size " + std::to_string(D) + " --num-layers " +
-           std::to_string(total) + " --decoder-first-pipeline-num-layers " + std::to_string(layers[0]) +
+    out += "# or, for the layout flag: --decoder-first-pipeline-num-layers " + std::to_string(layers[0]) +
            " --decoder-last-pipeline-num-layers " + std::to_string(layers[S - 1]) + "\n";
   return R::Of(std::move(out));
 }
 
-Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_path) {
-  using R = Result<std::string>;
-  if (Status st = need_items(p, "torchtitan"); !st.ok()) return R::Error(st);
+namespace {
+
+// torchtitan's stage-to-rank style follows the schedule's name even when a CSV gives the order;
+// a wave of more than 2 chunks has no style there.
+Status torchtitan_can_place(const Problem& p) {
   if ((p.placement == Placement::kVShape || p.placement == Placement::kWave) && p.chunks_per_device != 2)
-    return R::Error(Status::Invalid(
+    return Status::Invalid(
         "torchtitan places stages looped or in a V of exactly 2 stages a rank (stage_ids_this_rank's \"loop\" and "
         "\"v\" styles); a wave of " +
-        std::to_string(p.chunks_per_device) + " chunks cannot be expressed: plan with --placement interleaved"));
+        std::to_string(p.chunks_per_device) + " chunks cannot be expressed: plan with --placement interleaved");
+  return Status::Ok();
+}
+
+const char* torchtitan_schedule(const Problem& p) {
+  return p.placement == Placement::kVShape || p.placement == Placement::kWave ? "ZBVZeroBubble"
+         : p.chunks_per_device > 1                                            ? "Interleaved1F1B"
+                                                                              : "1F1B";
+}
+
+// module_fqns_per_model_part: each stage's modules in global stage order, Llama's names, the head
+// named `head` ("output" in torchtitan 0.2, "lm_head" in 0.3); `indent` before each stage's list,
+// `close` before the closing bracket.
+std::string torchtitan_parts(const Problem& p, const char* head, const char* indent, const char* close) {
   const std::vector<int> layers = transformer_layers_per_stage(p);
   const int S = p.num_stages();
   std::string parts = "[\n";
-  for (int s = 0, next = 0; s < S; s++) {
-    parts += "  [";
+  for (int st = 0, next = 0; st < S; st++) {
     std::string names;
-    if (s == 0) names += "\"tok_embeddings\"";
-    for (int k = 0; k < layers[s]; k++)
+    if (st == 0) names += "\"tok_embeddings\"";
+    for (int k = 0; k < layers[st]; k++)
       names += (names.empty() ? "\"layers." : ", \"layers.") + std::to_string(next++) + "\"";
-    if (s == S - 1) names += names.empty() ? "\"norm\", \"output\"" : ", \"norm\", \"output\"";
-    parts += names + "]" + (s + 1 < S ? "," : "") + "\n";
+    if (st == S - 1) names += std::string(names.empty() ? "" : ", ") + "\"norm\", \"" + head + "\"";
+    parts += std::string(indent) + "[" + names + "]" + (st + 1 < S ? "," : "") + "\n";
   }
-  parts += "]";
-  // The stage-to-rank style follows the schedule's name even when a CSV gives the order.
-  const char* schedule = p.placement == Placement::kVShape || p.placement == Placement::kWave ? "ZBVZeroBubble"
-                         : p.chunks_per_device > 1                                            ? "Interleaved1F1B"
-                                                                                              : "1F1B";
+  return parts + close + "]";
+}
+
+}  // namespace
+
+Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_path, const PlannedFor* planned_for) {
+  using R = Result<std::string>;
+  if (Status st = need_items(p, "torchtitan"); !st.ok()) return R::Error(st);
+  if (Status st = torchtitan_can_place(p); !st.ok()) return R::Error(st);
   std::string out =
-      "# optpipe plan for torchtitan (Llama module names; torchtitan's TOML config, [parallelism]). The order is "
-      "the CSV (optpipe export --format csv);\n# the stage-to-rank mapping follows pipeline_parallel_schedule even "
-      "with a CSV. Newer torchtitan reads the same fields from ParallelismConfig, and names the head lm_head.\n";
+      "# optpipe plan for torchtitan 0.2 (its TOML config; Llama module names). The order is the CSV (optpipe "
+      "export --format csv);\n# the stage-to-rank mapping follows pipeline_parallel_schedule even with a CSV. "
+      "torchtitan 0.3 takes its configuration in Python: optpipe export --format torchtitan-py.\n";
+  if (planned_for) {
+    // torchtitan runs local_batch_size // pipeline_parallel_microbatch_size microbatches.
+    const PlannedFor& pf = *planned_for;
+    out += "[training]\n";
+    out += "local_batch_size = " + std::to_string(int64_t{pf.num_microbatches} * pf.microbatch_size) + "\n";
+    out += "global_batch_size = " + std::to_string(pf.global_batch) + "\n";
+    out += "seq_len = " + std::to_string(pf.model.seq_len) + "\n";
+  }
   out += "[parallelism]\n";
   out += "pipeline_parallel_degree = " + std::to_string(p.num_devices) + "\n";
-  out += std::string("pipeline_parallel_schedule = \"") + schedule + "\"\n";
+  if (planned_for) {
+    const PlannedFor& pf = *planned_for;
+    out += "pipeline_parallel_microbatch_size = " + std::to_string(pf.microbatch_size) + "\n";
+    out += "tensor_parallel_degree = " + std::to_string(pf.tp) + "\n";
+    out += std::string("enable_sequence_parallel = ") + (pf.sequence_parallel ? "true" : "false") + "\n";
+    // torchtitan has no ZeRO-1: FSDP shards weights and gradients too (less memory than planned),
+    // plain data parallelism replicates them.
+    out += "data_parallel_shard_degree = " + std::to_string(pf.distributed_optimizer ? pf.dp : 1) + "\n";
+    out += "data_parallel_replicate_degree = " + std::to_string(pf.distributed_optimizer ? 1 : pf.dp) + "\n";
+  }
+  out += std::string("pipeline_parallel_schedule = \"") + torchtitan_schedule(p) + "\"\n";
   out += "pipeline_parallel_schedule_csv = \"" + csv_path + "\"\n";
-  out += "module_fqns_per_model_part = " + parts + "\n";
+  out += "module_fqns_per_model_part = " + torchtitan_parts(p, "output", "  ", "") + "\n";
+  return R::Of(std::move(out));
+}
+
+Result<std::string> torchtitan_config(const Problem& p, const std::string& csv_path, const PlannedFor* planned_for) {
+  using R = Result<std::string>;
+  if (Status st = need_items(p, "torchtitan"); !st.ok()) return R::Error(st);
+  if (Status st = torchtitan_can_place(p); !st.ok()) return R::Error(st);
+  std::string out =
+      "# optpipe plan for torchtitan 0.3 (configurations in Python: torchtitan/config/configs.py). Call it on your\n"
+      "# Trainer.Config before training; the order is the CSV (optpipe export --format csv).\n\n\n"
+      "def apply_optpipe_plan(config):\n"
+      "    parallelism = config.parallelism\n";
+  out += "    parallelism.pipeline_parallel_degree = " + std::to_string(p.num_devices) + "\n";
+  if (planned_for) {
+    const PlannedFor& pf = *planned_for;
+    out += "    parallelism.pipeline_parallel_microbatch_size = " + std::to_string(pf.microbatch_size) + "\n";
+    out += "    parallelism.tensor_parallel_degree = " + std::to_string(pf.tp) + "\n";
+    out +=
+        std::string("    parallelism.enable_sequence_parallel = ") + (pf.sequence_parallel ? "True" : "False") + "\n";
+    out +=
+        "    parallelism.data_parallel_shard_degree = " + std::to_string(pf.distributed_optimizer ? pf.dp : 1) + "\n";
+    out += "    parallelism.data_parallel_replicate_degree = " + std::to_string(pf.distributed_optimizer ? 1 : pf.dp) +
+           "\n";
+  }
+  out += std::string("    parallelism.pipeline_parallel_schedule = \"") + torchtitan_schedule(p) + "\"\n";
+  out += "    parallelism.pipeline_parallel_schedule_csv = \"" + csv_path + "\"\n";
+  out += "    parallelism.module_fqns_per_model_part = " + torchtitan_parts(p, "lm_head", "        ", "    ") + "\n";
+  if (planned_for) {
+    // The microbatch count torchtitan runs: local_batch_size // pipeline_parallel_microbatch_size.
+    const PlannedFor& pf = *planned_for;
+    out +=
+        "    config.training.local_batch_size = " + std::to_string(int64_t{pf.num_microbatches} * pf.microbatch_size) +
+        "\n";
+    out += "    config.training.global_batch_size = " + std::to_string(pf.global_batch) + "\n";
+    out += "    config.training.seq_len = " + std::to_string(pf.model.seq_len) + "\n";
+  }
+  out += "    return config\n";
   return R::Of(std::move(out));
 }
 

@@ -120,7 +120,7 @@ void read_placement(Reader& r, Placement* placement, int* chunks_per_device) {
   std::string name = placement_name(*placement);
   r.string("placement", &name, false);
   if (!parse_placement(name, placement))
-    r.fail("placement", "expected \"linear\", \"interleaved\" or \"vshape\", got \"" + name + "\"");
+    r.fail("placement", "expected \"linear\", \"interleaved\", \"vshape\" or \"wave\", got \"" + name + "\"");
   r.integer("chunks_per_device", chunks_per_device, false);
 }
 
