@@ -57,6 +57,11 @@ fi
 # CP-SAT's library from the pinned ortools wheel (a few seconds; optpipe builds without it).
 ./scripts/fetch_ortools.sh || echo "setup: CP-SAT not fetched; optpipe builds without it (--exact uses Gecode and CBC)" >&2
 
+# The frameworks' code the export tests read optpipe's exports back with (about 3 MB).
+if [ $with_all = 1 ]; then
+  ./scripts/fetch_framework_sources.sh || echo "setup: framework sources not fetched; the export tests check against transcribed rules only" >&2
+fi
+
 jobs=$(nproc 2>/dev/null || echo 2)
 if [ $with_all = 1 ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DOPTPIPE_BUILD_TESTS=ON -DOPTPIPE_BUILD_BENCH=ON \

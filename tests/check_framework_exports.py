@@ -1,21 +1,28 @@
 #!/usr/bin/env python3
 """Reads optpipe's Megatron-LM and torchtitan exports back the way those frameworks do.
 
-  check_framework_exports.py megatron FLAGS_FILE PLAN_JSON
+  check_framework_exports.py megatron FLAGS_FILE PLAN_JSON [--frameworks DIR]
   check_framework_exports.py torchtitan TOML_FILE PLAN_JSON
-  check_framework_exports.py torchtitan-py PY_FILE PLAN_JSON
+  check_framework_exports.py torchtitan-py PY_FILE PLAN_JSON [--frameworks DIR]
 
 PLAN_JSON is the plan file (optpipe.schedule/2 with its problem). Megatron's flags are parsed
 with argparse as Megatron declares them, the layout string with Megatron-LM's own grammar
 (parse_str_to_list of megatron/core/transformer/pipeline_parallel_layer_layout.py) and the
 checks of validate_args (megatron/training/arguments.py) and of the interleaved schedule
 (megatron/core/pipeline_parallel/schedules.py) that these flags meet, transcribed at Megatron-LM
-commit d98e8a6. Where megatron-core is importable, its PipelineParallelLayerLayout checks the
-layout too. torchtitan 0.2's TOML is read with tomllib and its microbatch count derived as
+commit d98e8a6. torchtitan 0.2's TOML is read with tomllib and its microbatch count derived as
 torchtitan/distributed/pipeline_parallel.py does; torchtitan 0.3's Python configuration is run on
-torchtitan's own ParallelismConfig and TrainingConfig when torchtitan is importable (else on
-stand-ins with the same fields and defaults).
+a Trainer.Config stand-in.
+
+With --frameworks DIR (what scripts/fetch_framework_sources.sh puts in build/frameworks), the
+frameworks' own code checks too: megatron-core 0.16.1's PipelineParallelLayerLayout parses and
+validates the layout, and the torchtitan 0.3 configuration runs on torchtitan 0.3.0's own
+ParallelismConfig and TrainingConfig (slotted dataclasses: a field name they lack is an error).
+Their imports that need a GPU stack are stubbed: the layout class uses parallel_state only when
+building a model, configs.py uses torch only for a GPU capability check off by default.
 """
+import importlib.util
+import os
 import argparse
 import json
 import re
@@ -79,12 +86,12 @@ def check_megatron(text, plan):
     assert [len(s) for s in stages] == want, ([len(s) for s in stages], want)
     problem = plan["problem"]
     assert pp == problem["num_devices"] and vp == plan["chunks_per_device"]
-    try:  # megatron-core's own class, where it is installed (it needs torch)
-        from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
-        PipelineParallelLayerLayout(args.pipeline_model_parallel_layout, pp).validate_layer_layout(num_layers, None)
-        print("ok: megatron-core's PipelineParallelLayerLayout accepts the layout")
-    except ImportError:
-        pass
+    if FRAMEWORKS:
+        layout_class = load_megatron_layout(FRAMEWORKS)
+        layout = layout_class(args.pipeline_model_parallel_layout, pp)
+        layout.validate_layer_layout(num_layers, None)
+        assert layout.virtual_pipeline_model_parallel_size == vp
+        print("ok: megatron-core 0.16.1's PipelineParallelLayerLayout accepts the layout")
     # validate_args: interleaving needs pp > 1 (overlap_p2p_comm is on by default, else pp > 2).
     if vp > 1:
         assert pp > 1, "When interleaved schedule is used, pipeline-model-parallel size should be greater than 1"
@@ -153,12 +160,34 @@ def check_torchtitan(text, plan):
     print(f"ok: torchtitan 0.2 TOML: {parts} model parts cover {n} modules once, in order")
 
 
+def load_file(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_megatron_layout(root):
+    # The package chain the layout module imports from, with parallel_state a stub.
+    for name in ("megatron", "megatron.core", "megatron.core.transformer"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    stub = types.ModuleType("megatron.core.parallel_state")
+    sys.modules["megatron.core.parallel_state"] = stub
+    sys.modules["megatron.core"].parallel_state = stub
+    base = os.path.join(root, "megatron", "core", "transformer")
+    load_file("megatron.core.transformer.enums", os.path.join(base, "enums.py"))
+    return load_file("megatron.core.transformer.pipeline_parallel_layer_layout",
+                     os.path.join(base, "pipeline_parallel_layer_layout.py")).PipelineParallelLayerLayout
+
+
 def check_torchtitan_py(text, plan):
-    try:  # torchtitan 0.3's own dataclasses (torchtitan/config/configs.py), where installed
-        from torchtitan.config.configs import ParallelismConfig, TrainingConfig
-        config = types.SimpleNamespace(parallelism=ParallelismConfig(), training=TrainingConfig())
-        source = "torchtitan's own ParallelismConfig and TrainingConfig"
-    except ImportError:
+    if FRAMEWORKS:
+        sys.modules.setdefault("torch", types.ModuleType("torch"))
+        configs = load_file("torchtitan_configs", os.path.join(FRAMEWORKS, "torchtitan", "config", "configs.py"))
+        config = types.SimpleNamespace(parallelism=configs.ParallelismConfig(), training=configs.TrainingConfig())
+        source = "torchtitan 0.3.0's own ParallelismConfig and TrainingConfig"
+    else:
         config = types.SimpleNamespace(
             parallelism=types.SimpleNamespace(pipeline_parallel_microbatch_size=1, data_parallel_shard_degree=-1,
                                               data_parallel_replicate_degree=1, tensor_parallel_degree=1),
@@ -171,8 +200,14 @@ def check_torchtitan_py(text, plan):
     print(f"ok: torchtitan 0.3 configuration on {source}: {parts} model parts cover {n} modules")
 
 
+FRAMEWORKS = None
+
+
 def main():
+    global FRAMEWORKS
     kind, text_path, plan_path = sys.argv[1:4]
+    if sys.argv[4:6] and sys.argv[4] == "--frameworks":
+        FRAMEWORKS = sys.argv[5]
     text = open(text_path).read()
     plan = json.load(open(plan_path))
     assert "problem" in plan, f"{plan_path}: a plan file with its problem is expected"

@@ -5,6 +5,13 @@ set -eu
 bin="$1"
 here="$(cd "$(dirname "$0")" && pwd)"
 tmp=$(mktemp -d)
+# The frameworks' own code, where scripts/fetch_framework_sources.sh put it (setup.sh --full does).
+frameworks=()
+if [ -f "$(dirname "$bin")/frameworks/VERSION" ]; then
+  frameworks=(--frameworks "$(dirname "$bin")/frameworks")
+else
+  echo "note: $(dirname "$bin")/frameworks is absent: exports checked against the transcribed rules only"
+fi
 trap 'rm -rf "$tmp"' EXIT
 failures=0
 
@@ -116,16 +123,24 @@ fi
   || { echo "FAIL: --layers-per-stage 7,9,9,7 is not the answer's partition"; failures=$((failures + 1)); }
 grep -q -- "--microbatch-group-size-per-vp-stage 3" <("$bin" export -s "$tmp/tpdp.json" --format megatron) \
   || { echo "FAIL: 5 microbatches on 2 ranks need Megatron's group size 3"; failures=$((failures + 1)); }
-for s in inter tpdp pinned; do
+# Every model preset, interleaved at the chunk count its plan picks, on a cluster it fits.
+presets=()
+for mc in llama2-7b:4xh100 llama2-13b:8xa100-40gb llama2-70b:16xh100 gpt-7b:4xh100 gpt-14b:8xh100 gpt-tiny:2xh100; do
+  model=${mc%%:*}
+  "$bin" plan --model "$model" --cluster "${mc##*:}" -q --max-evaluations 300 --placement interleaved \
+    -o "$tmp/preset-$model.json" > /dev/null || { echo "FAIL: plan $mc"; failures=$((failures + 1)); }
+  presets+=("preset-$model")
+done
+for s in inter tpdp pinned "${presets[@]}"; do
   "$bin" export -s "$tmp/$s.json" --format megatron -o "$tmp/$s.megatron" \
-    && /usr/bin/python3 "$here/check_framework_exports.py" megatron "$tmp/$s.megatron" "$tmp/$s.json" \
+    && /usr/bin/python3 "$here/check_framework_exports.py" megatron "$tmp/$s.megatron" "$tmp/$s.json" "${frameworks[@]}" \
     || { echo "FAIL: Megatron export of $s"; failures=$((failures + 1)); }
 done
-for s in inter tpdp v pinned; do
+for s in inter tpdp v pinned "${presets[@]}"; do
   "$bin" export -s "$tmp/$s.json" --format torchtitan -o "$tmp/$s.toml" \
     && /usr/bin/python3 "$here/check_framework_exports.py" torchtitan "$tmp/$s.toml" "$tmp/$s.json" \
     && "$bin" export -s "$tmp/$s.json" --format torchtitan-py -o "$tmp/$s.py" \
-    && /usr/bin/python3 "$here/check_framework_exports.py" torchtitan-py "$tmp/$s.py" "$tmp/$s.json" \
+    && /usr/bin/python3 "$here/check_framework_exports.py" torchtitan-py "$tmp/$s.py" "$tmp/$s.json" "${frameworks[@]}" \
     || { echo "FAIL: torchtitan export of $s"; failures=$((failures + 1)); }
 done
 if "$bin" export -s "$tmp/v.json" --format megatron > /dev/null 2> "$tmp/v.err" || ! grep -q "V-shape" "$tmp/v.err"; then
