@@ -36,11 +36,11 @@ struct PlannedFor {
 
 struct PlanFile {
   Schedule schedule;
-  std::optional<Problem> problem;          // the problem the schedule runs on (its placement and cut)
-  std::optional<PlannedFor> planned_for;   // absent: planned from a problem file, not a model
-  std::string optpipe_version;             // of the writer; "" in version 1 files
-  std::string command_line;                // that wrote it, as typed; may be empty
-  int format_version = kPlanFileVersion;   // as read
+  std::optional<Problem> problem;         // the problem the schedule runs on (its placement and cut)
+  std::optional<PlannedFor> planned_for;  // absent: planned from a problem file, not a model
+  std::string optpipe_version;            // of the writer; "" in version 1 files
+  std::string command_line;               // that wrote it, as typed; may be empty
+  int format_version = kPlanFileVersion;  // as read
 };
 
 // optpipe's own version ("0.1.0"), as CMake's project() gives it.
