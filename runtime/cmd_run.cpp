@@ -301,10 +301,11 @@ int launch_and_compare(const RunArgs& a, const ModelArgs& model, const FamilySch
 }  // namespace
 
 int cmd_run(const RunArgs& a, const ModelArgs& model, const std::vector<std::string>& argv) {
-  if (a.problem_path.empty())
-    return usage_error("run needs --problem (the one `optpipe profile` wrote for this model)", kTool);
   if (a.schedule_path.empty() == a.family.empty())
     return usage_error("give either --schedule FILE or --family NAME", kTool);
+  // A plan file holds its problem; a family is built on the profiled one.
+  if (a.problem_path.empty() && !a.family.empty())
+    return usage_error("run --family needs --problem (the one `optpipe profile` wrote for this model)", kTool);
   Result<FamilySchedule> fs = load_schedule(a.problem_path, a.schedule_path, a.family, a.chunks);
   if (!fs.ok()) return fail(fs.status, kTool);
   // The runtime recomputes whole stages for the microbatches a schedule's R ops name, not layers.

@@ -29,8 +29,9 @@ int main(int argc, char** argv) {
   RunArgs run;
   CLI::App* run_cmd =
       app.add_subcommand("run", "execute a schedule, one process per device, and compare with the simulator");
-  run_cmd->add_option("--problem,-p", run.problem_path, "problem JSON (as `optpipe profile --problem-out` writes)");
-  run_cmd->add_option("--schedule,-s", run.schedule_path, "schedule JSON (from optimize, schedule or export)");
+  run_cmd->add_option("--problem,-p", run.problem_path,
+                      "problem JSON (as `optpipe profile --problem-out` writes); a plan file holds its own");
+  run_cmd->add_option("--schedule,-s", run.schedule_path, "plan file (from plan, optimize, schedule or export)");
   run_cmd->add_option("--family,-f", run.family, "or build this family's schedule");
   run_cmd->add_option("--chunks", run.chunks, "chunks per device, for interleaved families")->check(CLI::Range(1, 64));
   run_cmd->add_option("--iterations", run.iterations, "training iterations")

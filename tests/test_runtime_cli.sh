@@ -82,6 +82,21 @@ for family in zb-v interleaved-1f1b; do
   grep -q "): OK" <<<"$out" && echo "ok   4 ranks $family" || { fail "4 ranks $family"; echo "$out" | tail -10; }
 done
 
+# Three chunks a device: interleaved (a family) and a wave (optimized on a wave's profile), the
+# wave run from its plan file alone.
+model6=(--layers 6 --hidden 64 --ffn 256 --heads 4 --seq-len 32 --vocab 128 --microbatch-size 2)
+"$bin" profile --devices 2 --microbatches 4 --repetitions 1 --placement wave --chunks 3 "${model6[@]}" -o /dev/null \
+  --problem-out "$tmp/problem_w.json" 2> /dev/null || fail "profile wave v3"
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); [d.update(mem_budget_bytes=d["static_bytes"] + (1 << 30)) for d in p["devices"]]; json.dump(p, open(sys.argv[2], "w"))' \
+  "$tmp/problem_w.json" "$tmp/roomy_w.json"
+"$bin" optimize -p "$tmp/roomy_w.json" --placement wave --chunks 3 --max-evaluations 300 -q -o "$tmp/wave.json" > /dev/null ||
+  fail "optimize --placement wave --chunks 3"
+for what in "wave v3:--schedule $tmp/wave.json" "interleaved v3:-p $tmp/roomy_w.json --family interleaved-1f1b --chunks 3"; do
+  read -r -a args <<<"${what#*:}"
+  out=$("$bin" run "${args[@]}" "${model6[@]}" --iterations 1 --check 2>&1)
+  grep -q "): OK" <<<"$out" && echo "ok   ${what%%:*} runs and matches one process" || { fail "${what%%:*}"; echo "$out" | tail -5; }
+done
+
 # Uneven partitions: the chunks follow --layers-per-stage (profile and run alike; chunk 0 of the
 # V-shape holds the embedding only), or the partition a plan chose, and still match one process.
 "$bin" profile --devices 2 --microbatches 4 --repetitions 1 --placement vshape --layers-per-stage 0,1,2,1 "${model[@]}" \

@@ -1,7 +1,8 @@
 """optpipe's plans in PyTorch's own pipeline runtime (torch.distributed.pipelining), on 2 and 4
 gloo processes on the CPU: every family's CSV export in torch's plain _PipelineScheduleRuntime,
 and every family and optimized schedules with and without offloads and recomputes through
-optpipe.torch, on linear, interleaved and V-shape placements. Each step's gradients must equal
+optpipe.torch, on linear, interleaved and V-shape placements, and at three chunks a rank looped
+and as a wave. Each step's gradients must equal
 one process's (relative 1e-5), and each rank must run exactly the plan's offloads, reloads,
 recomputes and WAITs. Plans that are malformed or for another stage count are refused before
 any step.
@@ -49,6 +50,12 @@ def cases_for(ranks, microbatches, families):
                              placements=[placement])
         cases.append({"name": f"optimized {placement} under a tight budget", "problem": r["problem"],
                       "schedule": r["schedule"], "memory_ops": True})
+    # Three chunks a rank: looped, and a wave (down, up, down the ranks).
+    for placement in ("interleaved", "wave"):
+        r = optpipe.optimize(loose_problem(ranks, microbatches), max_evaluations=EVALUATIONS, placements=[placement],
+                             chunks=[3])
+        assert r["schedule"]["chunks_per_device"] == 3, r["schedule"]["chunks_per_device"]
+        cases.append({"name": f"optimized {placement} v3", "problem": r["problem"], "schedule": r["schedule"]})
     return cases
 
 
