@@ -81,26 +81,14 @@ Result<PlanInputs> plan_inputs(const PlanArgs& a) {
 
 // The problem the cost model builds from the presets and options (and a measured profile), and
 // what it was planned for.
-Result<Problem> plan_problem(const PlanArgs& a, PlannedFor* planned_for) {
+Result<Problem> plan_problem(const PlanArgs& a, PlannedFor* pf) {
   using R = Result<Problem>;
   Result<PlanInputs> in = plan_inputs(a);
   if (!in.ok()) return R::Error(in.status);
-  const PlanSpec& plan = in.value.plan;
-  Result<Problem> problem = build_problem(in.value.model, in.value.cluster, plan);
-  if (problem.ok()) {
-    *planned_for = {.model = in.value.model,
-                    .cluster = a.cluster,
-                    .tp = plan.tp,
-                    .dp = plan.dp,
-                    .sequence_parallel = plan.sequence_parallel,
-                    .distributed_optimizer = plan.distributed_optimizer,
-                    .microbatch_size = plan.microbatch_size,
-                    .num_microbatches = problem.value.num_microbatches,
-                    .global_batch = int64_t{problem.value.num_microbatches} * plan.microbatch_size * plan.dp,
-                    .mem_budget_bytes = problem.value.devices.front().mem_budget_bytes};
-    planned_for->model.name = a.model;
-  }
-  if (!problem.ok() || a.profile_path.empty()) return problem;
+  Result<Problem> problem = build_problem(in.value.model, in.value.cluster, in.value.plan);
+  if (!problem.ok()) return problem;
+  *pf = planned_for(in.value.model, a.model, a.cluster, in.value.plan, problem.value);
+  if (a.profile_path.empty()) return problem;
   Result<std::string> text = read_text_file(a.profile_path);
   if (!text.ok()) return R::Error(text.status);
   if (Status st = apply_profile(text.value, &problem.value); !st.ok())
@@ -108,48 +96,29 @@ Result<Problem> plan_problem(const PlanArgs& a, PlannedFor* planned_for) {
   return problem;
 }
 
-// The table: every family and the optimized schedule, with speed-ups against the fastest family
-// that fits, all by the objective (the makespan, or the longest span); as text rows and as JSON.
+// The text table from the rows of plan_rows_json: those it marks in_table.
 struct PlanTable {
-  explicit PlanTable(Objective o) : objective(o) {
-    rows = {{"schedule", "fits", objective_name(o), "idle", "peak memory", "speed-up", "lower bound", "gap"}};
-  }
-  Objective objective;
   std::vector<std::vector<std::string>> rows;
-  nlohmann::json json = nlohmann::json::array();
-  double best_us = 0;
   int hidden = 0;  // runs of the JSON the text table leaves out (the interleaved families at other counts)
-
-  // in_text: also a row of the text table (else of the JSON only).
-  void add(const std::string& name, const Problem& fp, const Timeline& t, bool row_fits, double bound,
-           nlohmann::json row_json = nlohmann::json::object(), bool in_text = true) {
-    const double value = objective_us(t, objective);
-    const double gap = value > 0 ? (value - bound) / value : 0;
-    OPTPIPE_CHECK(gap > -1e-9, name + ": its lower bound " + std::to_string(bound) + " µs is above its " +
-                                   objective_name(objective));
-    const double speedup = best_us > 0 && row_fits ? best_us / value : 0;
-    const bool any = fits_any_timing(fp, t);
-    if (in_text)
-      rows.push_back({name, fits_cell(any, row_fits), format_us(value), fmt::format("{:.1f}%", 100 * t.bubble_ratio),
-                      format_bytes(max_peak(t)), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-", format_us(bound),
-                      fmt::format("{:.1f}%", 100 * gap)});
-    row_json.update({{"schedule", name},
-                     {"placement", placement_name(fp.placement)},
-                     {"chunks_per_device", fp.chunks_per_device},
-                     {"fits_budget", row_fits},
-                     {"fits_any_timing", any},
-                     {"makespan_us", t.makespan_us},
-                     {"max_span_us", t.max_span_us},
-                     {"bubble_ratio", t.bubble_ratio},
-                     {"peak_bytes", max_peak(t)},
-                     {"speedup_vs_best_family", speedup},
-                     {"lower_bound_us", bound},
-                     {"gap", gap}});
-    json.push_back(std::move(row_json));
-  }
-  void add_not_applicable(const FamilyRun& o, bool in_text) {
-    if (in_text) rows.push_back({o.label, "n/a", "-", "-", "-", "-", "-", o.status.message});
-    json.push_back({{"schedule", o.label}, {"status", "not applicable"}, {"reason", o.status.message}});
+  PlanTable(const nlohmann::json& json_rows, Objective objective) {
+    rows = {{"schedule", "fits", objective_name(objective), "idle", "peak memory", "speed-up", "lower bound", "gap"}};
+    for (const nlohmann::json& j : json_rows) {
+      if (!j.value("in_table", true)) {
+        hidden++;
+        continue;
+      }
+      const std::string name = j["schedule"];
+      if (j.contains("status")) {
+        rows.push_back({name, "n/a", "-", "-", "-", "-", "-", j.value("reason", "")});
+        continue;
+      }
+      const double value = j[objective == Objective::kSpan ? "max_span_us" : "makespan_us"];
+      const double speedup = j["speedup_vs_best_family"];
+      rows.push_back({name, fits_cell(j["fits_any_timing"], j["fits_budget"]), format_us(value),
+                      fmt::format("{:.1f}%", 100 * j["bubble_ratio"].get<double>()),
+                      format_bytes(j["peak_bytes"].get<int64_t>()), speedup > 0 ? fmt::format("{:.3f}x", speedup) : "-",
+                      format_us(j["lower_bound_us"]), fmt::format("{:.1f}%", 100 * j["gap"].get<double>())});
+    }
   }
 };
 
@@ -182,7 +151,8 @@ void print_plan(const PlanArgs& a, const Problem& p, const PlannedFor& planned_f
         table.hidden);
   if (r.outcome != Outcome::kInfeasible) {
     const double value = objective_us(r.timeline, options.objective);
-    std::string vs = best ? fmt::format("{:.3f}x the fastest family that fits ({})", table.best_us / value, best->label)
+    std::string vs = best ? fmt::format("{:.3f}x the fastest family that fits ({})",
+                                        objective_us(best->timeline, options.objective) / value, best->label)
                           : "no family fits";
     if (best != best_published)
       vs += best_published
@@ -323,60 +293,24 @@ int run_layout_search(const PlanArgs& a, CLI::App* c) {
 
 int run_plan(const PlanArgs& a, CLI::App* c) {
   if (a.search) return run_layout_search(a, c);
-  PlannedFor planned_for;
-  Result<Problem> problem = plan_problem(a, &planned_for);
+  PlannedFor pf;
+  Result<Problem> problem = plan_problem(a, &pf);
   if (!problem.ok()) return fail(problem.status);
   OptimizeOptions options = a.optimizer.parsed();
   if (Status st = a.optimizer.apply_partition(&problem.value, &options); !st.ok()) return fail(st);
-  const Problem& p = problem.value;
   const bool charts = !a.report_path.empty();
-  OptimizeResult r;
-  std::vector<FamilyRun> runs = families_then_optimize(p, {.op_times = charts, .memory_curve = charts}, options, &r);
+  const PlanReport report = plan_problem(problem.value, pf, options, {.op_times = charts, .memory_curve = charts});
+  const OptimizeResult& r = report.result;
   if (!r.status.ok()) return fail(r.status);
   const bool fits = r.outcome != Outcome::kInfeasible;
-
-  const FamilyRun* best = fastest_fitting(runs, options.objective);
-  const FamilyRun* best_published = fastest_fitting(runs, options.objective, /*as_published_only=*/true);
-  PlanTable table(options.objective);
-  table.best_us = best ? objective_us(best->timeline, options.objective) : 0;
-  const std::vector<bool> shown = at_best_chunks(runs, options.objective);
-  for (size_t k = 0; k < runs.size(); k++) {
-    const FamilyRun& o = runs[k];
-    if (o.status.ok())
-      table.add(o.label, o.built.problem, o.timeline, o.fits,
-                lower_bound_for(o.built.problem, o.fits, options.objective), tuning_json(o), shown[k]);
-    else
-      table.add_not_applicable(o, shown[k]);
-  }
-  table.hidden = static_cast<int>(std::count(shown.begin(), shown.end(), false));
-  table.add("optimized", r.problem, r.timeline, fits,
-            fits ? r.lower_bound_us : lower_bound_for(r.problem, false, options.objective));
-  if (Status st = write_plan_files(a, p, planned_for, r, runs); !st.ok()) return fail(st);
-
+  if (Status st = write_plan_files(a, report.problem, pf, r, report.runs); !st.ok()) return fail(st);
   if (!a.as_json) {
-    print_plan(a, p, planned_for, options, r, best, best_published, table);
+    const PlanTable table(plan_rows_json(report, options.objective), options.objective);
+    print_plan(a, report.problem, pf, options, r, fastest_fitting(report.runs, options.objective),
+               fastest_fitting(report.runs, options.objective, /*as_published_only=*/true), table);
     return fits ? kExitOk : kExitInfeasible;
   }
-  nlohmann::json j = {{"model", a.model},
-                      {"cluster", a.cluster},
-                      {"problem", problem_summary_json(p)},
-                      {"schedules", table.json},
-                      {"outcome", outcome_name(r.outcome)},
-                      {"timing", options.any_timing ? "any" : "exact"},
-                      {"objective", objective_name(options.objective)},
-                      {"rules", rules_json(options.rules)},
-                      {"best_family", baseline_json(baseline_of(best, options.objective))},
-                      {"best_published_family", baseline_json(baseline_of(best_published, options.objective))},
-                      {"needed_budget_bytes", r.needed_budget_bytes},
-                      {"budget_lower_bound_bytes", r.budget_lower_bound_bytes},
-                      {"frugal_budget_bytes", r.frugal_budget_bytes},
-                      {"uniform_budget_lower_bound_bytes", r.uniform_budget_lower_bound_bytes},
-                      {"frugal_schedule", r.frugal_label},
-                      {"partition", partition_json(r.problem)},
-                      {"search",
-                       {{"wall_s", r.stats.wall_s},
-                        {"evaluations", r.stats.evaluations},
-                        {"stopped_by_time", r.stats.stopped_by_time}}}};
+  nlohmann::json j = plan_json(report, options);
   if (fits && !a.out_path.empty()) j["schedule_file"] = a.out_path;
   if (charts) j["report_file"] = a.report_path;
   print_json(j);

@@ -15,6 +15,7 @@
 #include "optpipe/families.h"
 #include "optpipe/noise.h"
 #include "optpipe/optimize.h"
+#include "optpipe/plan.h"
 #include "optpipe/simulate.h"
 #include "optpipe/space.h"
 
@@ -77,16 +78,6 @@ void print_json(const nlohmann::json& j);
 
 // Validates (structure, deadlock; not the budget) and simulates.
 Result<Timeline> checked_timeline(const FamilySchedule& fs, const std::string& what, const SimOptions& sim = {});
-
-// The families for a table beside the optimizer, within the time limit: built until the limit
-// (and a quarter second) has passed; the optimizer then gets what is left of it.
-std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions& sim, OptimizeOptions options,
-                                              OptimizeResult* r);
-
-// Per run, whether a table shows it: every run of a family that runs at one chunk count; of one
-// that takes any (interleaved), the runs at its best count only — the count whose fastest fitting
-// run (any tuning) is fastest, else whose fastest run is. The JSON keeps every run.
-std::vector<bool> at_best_chunks(const std::vector<FamilyRun>& runs, Objective objective);
 
 // The HTML report's table rows (every family, then the optimized schedule) and charts (the
 // optimized schedule beside the fastest family that fits, then any asked for).

@@ -170,45 +170,6 @@ Result<Timeline> checked_timeline(const FamilySchedule& fs, const std::string& w
   return Result<Timeline>::Of(std::move(v.sim.timeline));
 }
 
-std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions& sim, OptimizeOptions options,
-                                              OptimizeResult* r) {
-  if (Status st = static_memory_status(p, options.rules); !st.ok()) {  // before the families, which cannot fit either
-    r->status = st;
-    return {};
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto limit = std::chrono::duration<double>(options.time_limit_s);
-  auto after = [&](double share) {
-    return t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(share * limit);
-  };
-  std::vector<FamilyRun> runs =
-      run_families(p, sim, after(1) + std::chrono::milliseconds(250),
-                   interleaved_chunk_counts(placement_space(p, options.rules)), after(kTuningsShareOfLimit));
-  rule_out(options.rules, &runs);
-  const double spent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  options.time_limit_s = std::max(0.01, options.time_limit_s - spent_s);
-  *r = optimize(p, options);
-  return runs;
-}
-
-std::vector<bool> at_best_chunks(const std::vector<FamilyRun>& runs, Objective objective) {
-  // Per family: the best (fits, objective) and its count.
-  std::map<const Family*, std::pair<std::pair<bool, double>, int>> best;
-  for (const FamilyRun& run : runs) {
-    if (!run.status.ok() || !run.family->takes_any_chunks()) continue;
-    const std::pair<bool, double> key{!run.fits, objective_us(run.timeline, objective)};
-    auto [at, fresh] = best.insert({run.family, {key, run.built.problem.chunks_per_device}});
-    if (!fresh && key < at->second.first) at->second = {key, run.built.problem.chunks_per_device};
-  }
-  std::vector<bool> shown;
-  for (const FamilyRun& run : runs) {
-    const auto at = best.find(run.family);
-    // A run that did not apply shows only where none of its family's did.
-    shown.push_back(at == best.end() || (run.status.ok() && run.built.problem.chunks_per_device == at->second.second));
-  }
-  return shown;
-}
-
 std::vector<ReportRow> report_rows(const std::vector<FamilyRun>& runs, const OptimizeResult& r) {
   std::vector<ReportRow> rows;
   const std::vector<bool> shown = at_best_chunks(runs, Objective::kMakespan);

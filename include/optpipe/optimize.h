@@ -80,6 +80,9 @@ struct OptimizeOptions {
   // What is minimized: the makespan, or the longest per-device span (the steady-state period
   // when iterations overlap). The bound, the gap and the outcome follow it.
   Objective objective = Objective::kMakespan;
+  // The families already run on this problem under these rules (families_then_optimize, plan.h,
+  // passes its own), so that the optimizer does not build them again; null: it runs them.
+  const std::vector<FamilyRun>* families = nullptr;
 };
 
 struct OptimizeStats {
