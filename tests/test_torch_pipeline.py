@@ -50,8 +50,9 @@ def cases_for(ranks, microbatches, families):
                              placements=[placement])
         cases.append({"name": f"optimized {placement} under a tight budget", "problem": r["problem"],
                       "schedule": r["schedule"], "memory_ops": True})
-    # Three chunks a rank: looped, and a wave (down, up, down the ranks).
-    for placement in ("interleaved", "wave"):
+    # Three chunks a rank where the layers allow them (gpt-tiny's 10 items on 2 ranks): looped,
+    # and a wave (down, up, down the ranks).
+    for placement in ("interleaved", "wave") if ranks == 2 else ():
         r = optpipe.optimize(loose_problem(ranks, microbatches), max_evaluations=EVALUATIONS, placements=[placement],
                              chunks=[3])
         assert r["schedule"]["chunks_per_device"] == 3, r["schedule"]["chunks_per_device"]
