@@ -12,9 +12,11 @@
 #include "optpipe/cost_model.h"
 #include "optpipe/export.h"
 #include "optpipe/families.h"
+#include "optpipe/files.h"
 #include "optpipe/json_io.h"
 #include "optpipe/noise.h"
 #include "optpipe/optimize.h"
+#include "optpipe/plan.h"
 #include "optpipe/plan_file.h"
 #include "optpipe/results_json.h"
 #include "optpipe/units.h"
@@ -60,6 +62,27 @@ Timeline checked(const Problem& p, const Schedule& s, const SimOptions& sim) {
 }
 
 // The module's functions by subject, each a list of m.def registrations.
+int64_t budget_arg(const py::object& budget) {
+  if (budget.is_none()) return 0;
+  const std::string text =
+      py::isinstance<py::str>(budget) ? budget.cast<std::string>() : std::to_string(budget.cast<int64_t>());
+  int64_t bytes = 0;
+  if (!parse_bytes(text, &bytes) || bytes <= 0)
+    throw py::value_error("budget: expected a size such as \"60GiB\", got \"" + text + "\"");
+  return bytes;
+}
+
+std::vector<Placement> placements_arg(const std::vector<std::string>& names) {
+  std::vector<Placement> out;
+  for (const std::string& name : names) {
+    Placement placement;
+    if (!parse_placement(name, &placement))
+      throw py::value_error("placements: \"linear\", \"interleaved\", \"vshape\" or \"wave\", got \"" + name + "\"");
+    out.push_back(placement);
+  }
+  return out;
+}
+
 void add_problem_functions(py::module_& m) {
   m.def(
       "families", [] { return to_dict(families_json().dump()); },
@@ -76,12 +99,7 @@ void add_problem_functions(py::module_& m) {
         ClusterSpec c = value_or_raise(find_cluster(cluster));
         PlanSpec plan;
         plan.num_microbatches = microbatches;
-        if (!budget.is_none()) {
-          const std::string text =
-              py::isinstance<py::str>(budget) ? budget.cast<std::string>() : std::to_string(budget.cast<int64_t>());
-          if (!parse_bytes(text, &plan.mem_budget_bytes))
-            throw py::value_error("budget: expected a size such as \"60GiB\", got \"" + text + "\"");
-        }
+        plan.mem_budget_bytes = budget_arg(budget);
         return to_dict(problem_to_json(value_or_raise(build_problem(spec, c, plan))));
       },
       py::arg("model"), py::arg("cluster"), py::arg("budget") = py::none(), py::arg("microbatches") = 0,
@@ -126,13 +144,7 @@ void add_optimizer_functions(py::module_& m) {
         o.any_timing = timing == "any";
         o.robust_sigma = robust;
         o.robust_samples = robust_samples;
-        for (const std::string& name : placements) {
-          Placement placement;
-          if (!parse_placement(name, &placement))
-            throw py::value_error("placements: \"linear\", \"interleaved\", \"vshape\" or \"wave\", got \"" + name +
-                                  "\"");
-          o.rules.placements.push_back(placement);
-        }
+        o.rules.placements = placements_arg(placements);
         o.rules.chunk_counts = chunks;
         o.rules.offload = offload;
         o.rules.recompute = recompute;
@@ -181,6 +193,80 @@ void add_optimizer_functions(py::module_& m) {
       py::arg("problem"), py::arg("schedule"), py::arg("sigma") = 0.05, py::arg("profile_error") = 0.0,
       py::arg("samples") = 200, py::arg("seed") = 1,
       "Makespan mean/p50/p95 under timing noise, and how many samples overflowed as planned or got stuck gated.");
+}
+
+void add_plan_functions(py::module_& m) {
+  m.def(
+      "plan",
+      [](const std::string& model, const std::string& cluster, const py::object& budget, int microbatches,
+         int microbatch_size, int tp, int dp, double time_limit_s, uint64_t seed, int64_t max_evaluations,
+         const std::vector<std::string>& placements, const std::vector<int>& chunks) {
+        ModelSpec spec = value_or_raise(find_model(model));
+        PlanSpec plan_spec{.num_microbatches = microbatches,
+                           .microbatch_size = microbatch_size,
+                           .mem_budget_bytes = budget_arg(budget),
+                           .tp = tp,
+                           .dp = dp};
+        OptimizeOptions o{.time_limit_s = time_limit_s, .max_evaluations = max_evaluations, .seed = seed};
+        o.rules.placements = placements_arg(placements);
+        o.rules.chunk_counts = chunks;
+        Result<PlanReport> r = Result<PlanReport>::Error(Status::Invalid("not run"));
+        {
+          py::gil_scoped_release unlocked;
+          r = plan(spec, cluster, plan_spec, o);
+        }
+        const PlanReport report = value_or_raise(std::move(r));
+        if (!report.result.status.ok()) throw py::value_error(report.result.status.message);
+        py::dict out = to_dict(plan_json(report, o).dump());
+        if (report.result.outcome != Outcome::kInfeasible)
+          out["plan_file"] =
+              to_dict(plan_file_to_json({.schedule = report.result.schedule,
+                                         .problem = report.result.problem,
+                                         .planned_for = report.planned_for,
+                                         .command_line = "optpipe.plan(\"" + model + "\", \"" + cluster + "\")"}));
+        else
+          out["plan_file"] = py::none();
+        return out;
+      },
+      py::arg("model") = "llama2-13b", py::arg("cluster") = "8xa100-40gb", py::arg("budget") = py::none(),
+      py::arg("microbatches") = 0, py::arg("microbatch_size") = 1, py::arg("tp") = 1, py::arg("dp") = 1,
+      py::arg("time_limit_s") = 10.0, py::arg("seed") = 0, py::arg("max_evaluations") = 0,
+      py::arg("placements") = std::vector<std::string>{}, py::arg("chunks") = std::vector<int>{},
+      "The main job, as `optpipe plan --json` reports it (every family at every chunk count, then the optimizer), "
+      "with plan_file: the plan file of the answer (schedule, problem, planned_for), or None when nothing fits.");
+
+  m.def(
+      "read_plan",
+      [](const std::string& path) {
+        const std::string text = value_or_raise(read_text_file(path));
+        Result<PlanFile> f = plan_file_from_json(text);
+        if (!f.ok()) throw py::value_error(path + ": " + f.status.message);
+        return to_dict(plan_file_to_json(f.value));
+      },
+      py::arg("path"), "A plan file (optpipe.schedule/2, or /1), checked, as a dict.");
+
+  m.def(
+      "write_plan",
+      [](const std::string& path, const py::object& plan_file) {
+        const std::string text = plan_file_to_json(value_or_raise(plan_file_from_json(to_text(plan_file))));
+        if (Status st = write_text_file(path, text); !st.ok()) throw py::value_error(st.message);
+      },
+      py::arg("path"), py::arg("plan_file"), "Writes a plan file (a dict from plan() or read_plan()), checked.");
+
+  m.def(
+      "export",
+      [](const py::object& plan_file, const std::string& format, const std::string& csv_path) {
+        auto [p, s] = pair_args(py::none(), plan_file);
+        const PlanFile f = value_or_raise(plan_file_from_json(to_text(plan_file)));
+        const PlannedFor* pf = f.planned_for ? &*f.planned_for : nullptr;
+        if (format == "megatron") return value_or_raise(megatron_flags(p, s, pf));
+        if (format == "torchtitan") return value_or_raise(torchtitan_toml(p, csv_path, pf));
+        if (format == "torchtitan-py") return value_or_raise(torchtitan_config(p, csv_path, pf));
+        throw py::value_error("format: \"megatron\", \"torchtitan\" or \"torchtitan-py\", got \"" + format + "\"");
+      },
+      py::arg("plan_file"), py::arg("format"), py::arg("csv_path") = "optpipe_schedule.csv",
+      "The plan as Megatron-LM's flags, torchtitan 0.2's TOML or torchtitan 0.3's Python configuration "
+      "(docs/exports.md); ValueError naming why a plan cannot be expressed there.");
 }
 
 void add_schedule_functions(py::module_& m) {
@@ -268,7 +354,9 @@ void add_export_functions(py::module_& m) {
 PYBIND11_MODULE(_optpipe, m) {
   m.doc() = "optpipe: pipeline-parallel schedules under a memory budget";
   add_problem_functions(m);
+  m.attr("__version__") = optpipe_version();
   add_optimizer_functions(m);
+  add_plan_functions(m);
   add_schedule_functions(m);
   add_export_functions(m);
 }

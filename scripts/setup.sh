@@ -29,8 +29,8 @@ packages=(cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev c
 # Debian 12) is for scripts/check_format.sh; protoc (protobuf-compiler) for the test that decodes
 # the CP-SAT model optpipe writes.
 if [ $with_all = 1 ]; then
-  packages+=(libgtest-dev libbenchmark-dev pybind11-dev python3-dev libtorch-dev libgloo-dev libopenblas0-pthread
-             clang-format protobuf-compiler)
+  packages+=(libgtest-dev libbenchmark-dev pybind11-dev python3-dev python3-venv libtorch-dev libgloo-dev
+             libopenblas0-pthread clang-format protobuf-compiler)
 fi
 if [ $with_tests = 1 ]; then
   packages+=(chromium)

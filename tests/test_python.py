@@ -1,5 +1,7 @@
 """The optpipe Python module, as a training script would use it (run by ctest with PYTHONPATH)."""
 import json
+import os
+import tempfile
 import unittest
 
 import optpipe
@@ -129,6 +131,38 @@ class PythonModule(unittest.TestCase):
         self.assertTrue(any("if offloads run late" in i for i in issues), issues)
         with self.assertRaisesRegex(ValueError, "sigma"):
             optpipe.evaluate_noise(safe["problem"], safe["schedule"], sigma=-1)
+
+    def test_plan_and_plan_files(self):
+        r = optpipe.plan("gpt-7b", "8xh100", budget="60GiB", microbatches=5, tp=2, dp=2, max_evaluations=300,
+                         placements=["interleaved"])
+        self.assertNotEqual(r["outcome"], "infeasible")
+        optimized = r["schedules"][-1]
+        self.assertEqual(optimized["schedule"], "optimized")
+        self.assertTrue(any(not row.get("in_table", True) for row in r["schedules"]))  # other chunk counts
+        f = r["plan_file"]
+        self.assertEqual(f["format"], "optpipe.schedule/2")
+        self.assertEqual((f["planned_for"]["tp"], f["planned_for"]["dp"], f["planned_for"]["global_batch"]), (2, 2, 10))
+        self.assertAlmostEqual(optpipe.simulate(None, f)["makespan_us"], optimized["makespan_us"])
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "plan.json")
+            optpipe.write_plan(path, f)
+            self.assertEqual(optpipe.read_plan(path), f)
+            with open(path, "w") as out:
+                out.write('{"format": "optpipe.schedule/3"}')
+            with self.assertRaisesRegex(ValueError, "format"):
+                optpipe.read_plan(path)
+        flags = optpipe.export(f, "megatron")
+        self.assertIn("--tensor-model-parallel-size 2", flags)
+        self.assertIn("--global-batch-size 10", flags)
+        self.assertIn("--microbatch-group-size-per-vp-stage 3", flags)  # 5 microbatches on 2 ranks
+        self.assertIn("local_batch_size = 5", optpipe.export(f, "torchtitan"))
+        with self.assertRaisesRegex(ValueError, "format"):
+            optpipe.export(f, "deepspeed")
+        # The problem a plan file holds wins over none given; a different one is refused.
+        with self.assertRaisesRegex(ValueError, "is not the problem the plan file holds"):
+            optpipe.simulate(optpipe.default_problem(), f)
+        with self.assertRaisesRegex(ValueError, "budget"):
+            optpipe.plan("gpt-7b", "4xh100", budget="lots")
 
     def test_bad_input_raises_with_the_field(self):
         problem = optpipe.default_problem()

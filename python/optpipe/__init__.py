@@ -5,4 +5,4 @@ compiled extension; `optpipe.torch` runs a plan in PyTorch's pipeline runtime an
 only when it is imported itself.
 """
 from ._optpipe import *  # noqa: F401,F403
-from ._optpipe import __doc__  # noqa: F401
+from ._optpipe import __doc__, __version__  # noqa: F401

@@ -123,8 +123,8 @@ nlohmann::json plan_rows_json(const PlanReport& r, Objective objective) {
   }
   const OptimizeResult& opt = r.result;
   const bool fits = opt.outcome != Outcome::kInfeasible;
-  row("optimized", opt.problem, opt.timeline, fits, fits ? opt.lower_bound_us : lower_bound_for(opt.problem, false, objective),
-      {{"in_table", true}});
+  row("optimized", opt.problem, opt.timeline, fits,
+      fits ? opt.lower_bound_us : lower_bound_for(opt.problem, false, objective), {{"in_table", true}});
   return rows;
 }
 
@@ -140,8 +140,8 @@ nlohmann::json plan_json(const PlanReport& r, const OptimizeOptions& options) {
           {"rules", rules_json(options.rules)},
           {"best_family", baseline_json(baseline_of(fastest_fitting(r.runs, options.objective), options.objective))},
           {"best_published_family",
-           baseline_json(baseline_of(fastest_fitting(r.runs, options.objective, /*as_published_only=*/true),
-                                     options.objective))},
+           baseline_json(
+               baseline_of(fastest_fitting(r.runs, options.objective, /*as_published_only=*/true), options.objective))},
           {"needed_budget_bytes", opt.needed_budget_bytes},
           {"budget_lower_bound_bytes", opt.budget_lower_bound_bytes},
           {"frugal_budget_bytes", opt.frugal_budget_bytes},
