@@ -30,6 +30,7 @@ struct PlanArgs {
   std::string problem_out_path;
   int microbatches = 0;
   int microbatch_size = 1;
+  int seq_len = 0;                  // 0: the model's
   int gpus_per_host_link = 0;       // 0: the cluster preset's
   bool no_flash_attention = false;  // keep the attention scores (no selective recompute)
   int tp = 1, dp = 1;
@@ -54,6 +55,7 @@ Result<PlanInputs> plan_inputs(const PlanArgs& a) {
   if (!model.ok()) return R::Error(model.status);
   in.model = model.value;
   in.model.flash_attention = !a.no_flash_attention;
+  if (a.seq_len > 0) in.model.seq_len = a.seq_len;
   Result<ClusterSpec> cluster = find_cluster(a.cluster);
   if (!cluster.ok()) return R::Error(cluster.status);
   in.cluster = cluster.value;
@@ -208,6 +210,7 @@ int run_layout_search(const PlanArgs& a, CLI::App* c) {
                                                   "--budget",
                                                   "--global-batch",
                                                   "--search",
+                                                  "--seq-len",
                                                   "--time-limit",
                                                   "--seed",
                                                   "--quiet",
@@ -323,7 +326,10 @@ Command add_plan_command(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
   CLI::App* c = app.add_subcommand(
       "plan", "model + cluster + budget: every family and the optimizer, one table, the best schedule");
-  c->add_option("--model", a->model, "model preset (llama2-7b, llama2-13b, llama2-70b, gpt-7b, gpt-14b, gpt-tiny)");
+  c->add_option("--model", a->model,
+                "model preset (llama3-8b, llama3-70b, llama3.1-405b, llama2-7b, llama2-13b, llama2-70b, gpt-7b, "
+                "gpt-14b, gpt-tiny) or a Hugging Face config.json path");
+  c->add_option("--seq-len", a->seq_len, "tokens a sequence (default: the model's)")->check(CLI::Range(1, 1 << 22));
   c->add_option("--cluster", a->cluster, "<count>x<gpu>: gpu one of a100-40gb, a100-80gb, h100, h200");
   c->add_option("--budget", a->budget, "memory per GPU, e.g. 60GiB (default: 90% of its HBM)");
   c->add_option("--microbatches", a->microbatches, "per iteration (default: 4 × GPUs)")->check(CLI::Range(1, 100000));

@@ -60,7 +60,7 @@ def megatron_parser():
     for name in ("--pipeline-model-parallel-size", "--num-layers", "--tensor-model-parallel-size",
                  "--micro-batch-size", "--global-batch-size", "--hidden-size", "--ffn-hidden-size",
                  "--num-attention-heads", "--num-query-groups", "--seq-length", "--max-position-embeddings",
-                 "--microbatch-group-size-per-vp-stage", "--recompute-num-layers"):
+                 "--microbatch-group-size-per-vp-stage", "--recompute-num-layers", "--kv-channels"):
         p.add_argument(name, type=int)
     p.add_argument("--pipeline-model-parallel-layout", type=str)
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
@@ -118,6 +118,7 @@ def check_megatron(text, plan):
         assert args.sequence_parallel == (tp > 1 and planned["sequence_parallel"])
         assert (args.hidden_size, args.ffn_hidden_size, num_layers) == (model["hidden"], model["ffn"], model["num_layers"])
         assert args.swiglu == (model["mlp"] == "swiglu")
+        assert (args.kv_channels or 0) == model.get("head_dim", 0)
     print(f"ok: Megatron flags: {len(stages)} stages on {pp} ranks (vp {vp}), {num_layers} layers, items {want}")
 
 

@@ -169,6 +169,12 @@ check "plan --search refuses the degrees it chooses" 2 "--tp: --search chooses" 
 check "plan --search refuses microbatches" 2 "--microbatches: --search chooses" -- \
   "$bin" plan --model gpt-7b --cluster 16xh100 --global-batch 64 --search --microbatches 8
 check "plan tp beyond a node" 1 "within a node" -- "$bin" plan --model gpt-7b --cluster 16xh100 --tp 16
+hf="$(cd "$(dirname "$0")" && pwd)/data/hf"
+check "plan from a Hugging Face config" 0 "optimized" -- "$bin" plan --model "$hf/llama3-8b.json" --cluster 8xh100 --max-evaluations 200 -q -o "$tmp/hf.json"
+check "an MoE config is refused, naming the key" 1 "num_local_experts" -- "$bin" plan --model "$hf/mixtral-8x7b.json"
+check "a window shorter than the sequence is refused" 1 "sliding_window 4096" -- "$bin" plan --model "$hf/mistral-7b-v0.1.json"
+check "--seq-len within the window plans" 0 "× 4096 tokens" -- "$bin" plan --model "$hf/mistral-7b-v0.1.json" --seq-len 4096 --cluster 8xh100 --max-evaluations 200 -q -o "$tmp/hf.json"
+check "a missing config file" 1 "no-such.json" -- "$bin" plan --model no-such.json
 
 # Usage errors: exit 2.
 check "optimize bad threads" 2 "" -- "$bin" optimize --threads 0

@@ -1,6 +1,8 @@
 // The cost model against hand-worked numbers from the formulas' sources.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <algorithm>
 #include <numeric>
 
@@ -253,4 +255,65 @@ TEST(CostModel, OtherPlacementsCutAtLayerBoundaries) {
   EXPECT_EQ(read.value.layers.back().static_bytes, p.layers.back().static_bytes);
   EXPECT_EQ(read.value.layers.back().kind, LayerKind::kHead);
   EXPECT_TRUE(layers_match(read.value));
+}
+
+// Models from their Hugging Face config.json files (tests/data/hf: the released configs' fields).
+TEST(CostModel, HuggingFaceConfigs) {
+  const std::string dir = std::string(OPTPIPE_TEST_DATA) + "/hf/";
+  // The Llama 3 presets are their configs.
+  for (const char* name : {"llama3-8b", "llama3-70b", "llama3.1-405b"}) {
+    Result<ModelSpec> from_config = find_model(dir + name + ".json");
+    ASSERT_TRUE(from_config.ok()) << from_config.status.message;
+    const ModelSpec& a = from_config.value;
+    const ModelSpec b = find_model(name).value;
+    EXPECT_EQ(std::tie(a.num_layers, a.hidden, a.ffn, a.heads, a.kv_heads, a.seq_len, a.vocab, a.mlp, a.head_dim),
+              std::tie(b.num_layers, b.hidden, b.ffn, b.heads, b.kv_heads, b.seq_len, b.vocab, b.mlp, b.head_dim))
+        << name;
+  }
+  // Qwen2.5: its sliding window is off (use_sliding_window false); the sequence capped at 8192.
+  Result<ModelSpec> qwen = find_model(dir + "qwen2.5-7b.json");
+  ASSERT_TRUE(qwen.ok()) << qwen.status.message;
+  EXPECT_EQ(qwen.value.kv_heads, 4);
+  EXPECT_EQ(qwen.value.seq_len, 8192);
+  EXPECT_EQ(qwen.value.sliding_window, 0);
+  // Gemma: head_dim 256 × 16 heads is wider than hidden 3072; the attention's widths follow it.
+  Result<ModelSpec> gemma = find_model(dir + "gemma-7b.json");
+  ASSERT_TRUE(gemma.ok()) << gemma.status.message;
+  EXPECT_EQ(gemma.value.attention_width(), 4096);
+  ModelSpec narrow = gemma.value;
+  narrow.head_dim = 0;  // as if hidden / heads = 192
+  const LayerCost wide = transformer_layer_cost(gemma.value, 1), usual = transformer_layer_cost(narrow, 1);
+  const double h = 3072, f = 24576, s = 8192;
+  // QKV (h·(q + 2kv)), output (q·h), MLP (3·h·f): by hand, and the attention's 4·s²·q.
+  EXPECT_EQ(wide.params, static_cast<int64_t>(h * (4096 + 2 * 4096) + 4096 * h + 3 * h * f + 4 * h));
+  EXPECT_DOUBLE_EQ(wide.fwd_flops - usual.fwd_flops,
+                   2 * s * (h * (3 * 4096.0 - 3 * 3072.0) + (4096.0 - 3072.0) * h) + 4 * s * s * (4096.0 - 3072.0));
+  // A window shorter than the sequence is refused at build time, naming it; a shorter sequence plans.
+  Result<ModelSpec> mistral = find_model(dir + "mistral-7b-v0.1.json");
+  ASSERT_TRUE(mistral.ok()) << mistral.status.message;
+  const ClusterSpec cluster = find_cluster("8xh100").value;
+  Result<Problem> refused = build_problem(mistral.value, cluster, PlanSpec{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status.message.find("sliding_window 4096"), std::string::npos) << refused.status.message;
+  mistral.value.seq_len = 4096;
+  EXPECT_TRUE(build_problem(mistral.value, cluster, PlanSpec{}).ok());
+  EXPECT_TRUE(build_problem(find_model(dir + "mistral-7b-v0.3.json").value, cluster, PlanSpec{}).ok());
+  // Mixture of experts and multi-latent attention are refused with the key named.
+  for (auto [file, key] :
+       {std::pair{"mixtral-8x7b.json", "num_local_experts"}, std::pair{"qwen2-moe-as-qwen2.json", "num_experts"}}) {
+    Result<ModelSpec> r = find_model(dir + file);
+    ASSERT_FALSE(r.ok()) << file;
+    EXPECT_NE(r.status.message.find(key), std::string::npos) << r.status.message;
+  }
+  for (auto [text, key] : {std::pair{R"({"model_type": "llama", "kv_lora_rank": 512})", "kv_lora_rank"},
+                           std::pair{R"({"model_type": "gpt2", "n_layer": 12})", "model_type \"gpt2\""},
+                           std::pair{R"({"model_type": "llama", "hidden_size": 4096})", "num_hidden_layers"},
+                           std::pair{R"([1, 2])", "not a JSON object"},
+                           std::pair{R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 100,
+                                         "intermediate_size": 10, "num_attention_heads": 3, "vocab_size": 9})",
+                                     "not divisible"}}) {
+    Result<ModelSpec> r = model_from_hf_config(text, "config.json");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status.message.find(key), std::string::npos) << r.status.message;
+  }
 }

@@ -125,12 +125,18 @@ grep -q -- "--microbatch-group-size-per-vp-stage 3" <("$bin" export -s "$tmp/tpd
   || { echo "FAIL: 5 microbatches on 2 ranks need Megatron's group size 3"; failures=$((failures + 1)); }
 # Every model preset, interleaved at the chunk count its plan picks, on a cluster it fits.
 presets=()
-for mc in llama2-7b:4xh100 llama2-13b:8xa100-40gb llama2-70b:16xh100 gpt-7b:4xh100 gpt-14b:8xh100 gpt-tiny:2xh100; do
-  model=${mc%%:*}
+# And models from Hugging Face configs (Gemma's head_dim becomes --kv-channels).
+hf="$here/data/hf"
+for mc in llama2-7b:4xh100 llama2-13b:8xa100-40gb llama2-70b:16xh100 gpt-7b:4xh100 gpt-14b:8xh100 gpt-tiny:2xh100 \
+          llama3-8b:8xh100 "$hf/gemma-7b.json:8xh100" "$hf/qwen2.5-7b.json:8xh100"; do
+  model=${mc%:*}
+  name=$(basename "$model" .json)
   "$bin" plan --model "$model" --cluster "${mc##*:}" -q --max-evaluations 300 --placement interleaved \
-    -o "$tmp/preset-$model.json" > /dev/null || { echo "FAIL: plan $mc"; failures=$((failures + 1)); }
-  presets+=("preset-$model")
+    -o "$tmp/preset-$name.json" > /dev/null || { echo "FAIL: plan $mc"; failures=$((failures + 1)); }
+  presets+=("preset-$name")
 done
+grep -q -- "--kv-channels 256" <("$bin" export -s "$tmp/preset-gemma-7b.json" --format megatron) \
+  || { echo "FAIL: Gemma's head_dim 256 is not Megatron's --kv-channels"; failures=$((failures + 1)); }
 for s in inter tpdp pinned "${presets[@]}"; do
   "$bin" export -s "$tmp/$s.json" --format megatron -o "$tmp/$s.megatron" \
     && /usr/bin/python3 "$here/check_framework_exports.py" megatron "$tmp/$s.megatron" "$tmp/$s.json" "${frameworks[@]}" \

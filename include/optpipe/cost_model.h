@@ -32,6 +32,10 @@ struct ModelSpec {
   Mlp mlp = Mlp::kGelu;
   bool flash_attention = true;  // no s² attention scores kept for backward
   int bytes_per_value = 2;      // bf16 / fp16 activations and weights
+  int head_dim = 0;             // per attention head; 0: hidden / heads (Gemma's is wider)
+  int sliding_window = 0;       // tokens a query attends to; 0: all (build_problem refuses one shorter than seq_len)
+
+  int attention_width() const { return head_dim > 0 ? heads * head_dim : hidden; }  // Q's, and the output's input
 };
 
 struct ClusterSpec {
@@ -63,8 +67,20 @@ struct PlanSpec {
 };
 
 const std::vector<ModelSpec>& model_presets();
-// The preset of that name; the error lists the known ones.
+// The preset of that name, or, for a name ending in ".json", the Hugging Face config.json at that
+// path (model_from_hf_config); the error lists the known presets.
 Result<ModelSpec> find_model(const std::string& name);
+
+// A dense decoder from its Hugging Face config.json (model_type llama, mistral, qwen2 or gemma):
+// num_hidden_layers, hidden_size, intermediate_size, num_attention_heads, num_key_value_heads
+// (default: the heads), head_dim (default hidden / heads), vocab_size, max_position_embeddings
+// (the sequence: at most 8192), torch_dtype (bytes per value). tie_word_embeddings is read and
+// costs nothing more: with pipeline stages each end keeps its copy, as Megatron does. What would
+// change the cost and is not modelled is refused with the key named: mixture-of-experts keys,
+// multi-latent attention, per-layer attention types; a sliding window is kept (sliding_window), and
+// build_problem refuses a sequence longer than it.
+// `name` names the model in errors and results.
+Result<ModelSpec> model_from_hf_config(const std::string& json_text, const std::string& name);
 
 // "16xh100", "8xa100-40gb", ...: <count>x<gpu> with gpu one of gpu_presets().
 const std::vector<ClusterSpec>& gpu_presets();  // num_gpus = 1

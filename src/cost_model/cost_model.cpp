@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "optpipe/files.h"
+
 namespace optpipe {
 
 const std::vector<ModelSpec>& model_presets() {
@@ -33,6 +35,11 @@ const std::vector<ModelSpec>& model_presets() {
       {"llama2-7b", 32, 4096, 11008, 32, 32, 4096, 32000, Mlp::kSwiGlu},
       {"llama2-13b", 40, 5120, 13824, 40, 40, 4096, 32000, Mlp::kSwiGlu},
       {"llama2-70b", 80, 8192, 28672, 64, 8, 4096, 32000, Mlp::kSwiGlu},
+      // Llama 3 and 3.1 (their released config.json files; the sequence at 8192, as trained before
+      // 3.1's long-context stage): GQA with 8 key/value heads, a 128k vocabulary.
+      {"llama3-8b", 32, 4096, 14336, 32, 8, 8192, 128256, Mlp::kSwiGlu},
+      {"llama3-70b", 80, 8192, 28672, 64, 8, 8192, 128256, Mlp::kSwiGlu},
+      {"llama3.1-405b", 126, 16384, 53248, 128, 8, 8192, 128256, Mlp::kSwiGlu},
       // The runtime's default: small enough to train on a CPU, fp32, attention scores kept.
       {"gpt-tiny", 8, 128, 512, 4, 4, 64, 256, Mlp::kGelu, false, 4},
   };
@@ -40,12 +47,18 @@ const std::vector<ModelSpec>& model_presets() {
 }
 
 Result<ModelSpec> find_model(const std::string& name) {
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0) {
+    Result<std::string> text = read_text_file(name);
+    if (!text.ok()) return Result<ModelSpec>::Error(text.status);
+    return model_from_hf_config(text.value, name);
+  }
   std::string known;
   for (const ModelSpec& m : model_presets()) {
     if (m.name == name) return Result<ModelSpec>::Of(m);
     known += (known.empty() ? "" : ", ") + m.name;
   }
-  return Result<ModelSpec>::Error(Status::Invalid("unknown model \"" + name + "\" (known: " + known + ")"));
+  return Result<ModelSpec>::Error(
+      Status::Invalid("unknown model \"" + name + "\" (known: " + known + "; or a Hugging Face config.json path)"));
 }
 
 const std::vector<ClusterSpec>& gpu_presets() {
@@ -89,13 +102,14 @@ Result<ClusterSpec> find_cluster(const std::string& name) {
 
 LayerCost transformer_layer_cost(const ModelSpec& m, int microbatch_size) {
   const double b = microbatch_size, s = m.seq_len, h = m.hidden, f = m.ffn, a = m.heads;
-  const double kv = static_cast<double>(m.kv_heads) * (h / a);  // width of K and of V
+  const double q = m.attention_width();                         // width of Q and of the attention's output
+  const double kv = static_cast<double>(m.kv_heads) * (q / a);  // width of K and of V
   const double mlp_mats = m.mlp == Mlp::kGelu ? 2 : 3;
   const double bytes = m.bytes_per_value;
   LayerCost c;
   // [N21] weight matmuls: QKV, attention output, MLP; 2 FLOPs per multiply-add.
-  const double matmul = 2 * b * s * (h * (h + 2 * kv) + h * h + mlp_mats * h * f);
-  const double attention = 4 * b * s * s * h;  // QKᵀ and AV
+  const double matmul = 2 * b * s * (h * (q + 2 * kv) + q * h + mlp_mats * h * f);
+  const double attention = 4 * b * s * s * q;  // QKᵀ and AV
   c.fwd_flops = matmul + attention;
   // B: input gradients of every matmul, twice the attention's forward work for the gradients of
   // both its operands, and with flash attention the scores recomputed once more.
@@ -108,14 +122,14 @@ LayerCost transformer_layer_cost(const ModelSpec& m, int microbatch_size) {
   if (m.mlp == Mlp::kGelu)
     per_token = 34 * h;  // already in bytes for 16-bit values with 1-byte masks [K22]
   else
-    per_token = bytes * (h + h + 2 * kv + h) + bytes * (h + 3 * f) + bytes * 2 * h;
+    per_token = bytes * (h + q + 2 * kv + q) + bytes * (h + 3 * f) + bytes * 2 * h;
   double scores = m.flash_attention ? 0 : 5 * a * s;  // [K22] softmax, its dropout mask and output
   c.act_bytes = static_cast<int64_t>(b * s * (per_token + scores));
   // [Q23] W needs each weight matmul's input and output gradient.
-  const double w_inputs = (m.mlp == Mlp::kGelu) ? (h + h + h + 4 * h) : (h + h + h + f);
-  const double w_grads = (h + 2 * kv) + h + (m.mlp == Mlp::kGelu ? 4 * h : 2 * f) + h;
+  const double w_inputs = (m.mlp == Mlp::kGelu) ? (h + h + h + 4 * h) : (h + q + h + f);
+  const double w_grads = (q + 2 * kv) + h + (m.mlp == Mlp::kGelu ? 4 * h : 2 * f) + h;
   c.act_after_b_bytes = std::min(c.act_bytes, static_cast<int64_t>(b * s * bytes * (w_inputs + w_grads)));
-  c.params = static_cast<int64_t>(h * (h + 2 * kv) + h * h + mlp_mats * h * f + 4 * h);
+  c.params = static_cast<int64_t>(h * (q + 2 * kv) + q * h + mlp_mats * h * f + 4 * h);
   return c;
 }
 
@@ -213,9 +227,15 @@ Result<Degrees> degrees(const ModelSpec& m, const ClusterSpec& cluster, const Pl
 Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan) {
   using R = Result<Problem>;
   if (m.num_layers < 1 || m.hidden < 1 || m.ffn < 1 || m.heads < 1 || m.kv_heads < 1 || m.seq_len < 1 || m.vocab < 1 ||
-      m.hidden % m.heads != 0 || m.heads % m.kv_heads != 0)
-    return R::Error(Status::Invalid("model \"" + m.name +
-                                    "\": sizes must be positive, hidden divisible by heads, heads by kv heads"));
+      m.head_dim < 0 || (m.head_dim == 0 && m.hidden % m.heads != 0) || m.heads % m.kv_heads != 0)
+    return R::Error(
+        Status::Invalid("model \"" + m.name +
+                        "\": sizes must be positive, hidden divisible by heads (unless head_dim is given), heads "
+                        "by kv heads"));
+  if (m.sliding_window > 0 && m.sliding_window < m.seq_len)
+    return R::Error(Status::Invalid("model \"" + m.name + "\": sliding_window " + std::to_string(m.sliding_window) +
+                                    " is shorter than the sequence " + std::to_string(m.seq_len) +
+                                    ": windowed attention is not modelled (plan with --seq-len at most the window)"));
   if (cluster.num_gpus < 1 || !(cluster.peak_tflops > 0) || !(cluster.utilization > 0) || cluster.utilization > 1)
     return R::Error(
         Status::Invalid("cluster \"" + cluster.name + "\": needs GPUs, a positive peak and a utilization in (0, 1]"));

@@ -147,6 +147,7 @@ Result<std::string> megatron_flags(const Problem& p, const Schedule& s, const Pl
              std::to_string(pf.global_batch);
     flags += " --hidden-size " + std::to_string(m.hidden) + " --ffn-hidden-size " + std::to_string(m.ffn) +
              " --num-attention-heads " + std::to_string(m.heads);
+    if (m.head_dim > 0) flags += " --kv-channels " + std::to_string(m.head_dim);  // Megatron's head width
     if (m.kv_heads != m.heads) flags += " --group-query-attention --num-query-groups " + std::to_string(m.kv_heads);
     flags += " --seq-length " + std::to_string(m.seq_len) + " --max-position-embeddings " + std::to_string(m.seq_len);
     if (m.mlp == Mlp::kSwiGlu) flags += " --swiglu";

@@ -99,9 +99,10 @@ void read_model(const json& j, Status& err, ModelSpec* m) {
   m->mlp = mlp == "swiglu" ? Mlp::kSwiGlu : Mlp::kGelu;
   read_flag(r, "flash_attention", &m->flash_attention);
   r.integer("bytes_per_value", &m->bytes_per_value, true);
+  r.integer("head_dim", &m->head_dim, false);
   r.finish();
   if (err.ok() && (m->num_layers < 1 || m->hidden < 1 || m->ffn < 1 || m->heads < 1 || m->kv_heads < 1 ||
-                   m->seq_len < 1 || m->vocab < 1 || m->bytes_per_value < 1))
+                   m->seq_len < 1 || m->vocab < 1 || m->bytes_per_value < 1 || m->head_dim < 0))
     err = Status::Invalid(
         "planned_for.model: num_layers, hidden, ffn, heads, kv_heads, seq_len, vocab and "
         "bytes_per_value must be positive");
@@ -143,7 +144,8 @@ nlohmann::ordered_json planned_for_json(const PlannedFor& pf) {
             {"vocab", m.vocab},
             {"mlp", m.mlp == Mlp::kSwiGlu ? "swiglu" : "gelu"},
             {"flash_attention", m.flash_attention},
-            {"bytes_per_value", m.bytes_per_value}}},
+            {"bytes_per_value", m.bytes_per_value},
+            {"head_dim", m.head_dim}}},
           {"cluster", pf.cluster},
           {"tp", pf.tp},
           {"dp", pf.dp},
