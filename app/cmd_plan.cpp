@@ -138,8 +138,8 @@ Status write_plan_files(const PlanArgs& a, const Problem& p, const PlannedFor& p
 }
 
 void print_plan(const PlanArgs& a, const Problem& p, const PlannedFor& planned_for, const OptimizeOptions& options,
-                const OptimizeResult& r, const FamilyRun* best, const FamilyRun* best_published,
-                const PlanTable& table) {
+                const OptimizeResult& r, const FamilyRun* best, const FamilyRun* best_published, const PlanTable& table,
+                const std::optional<IterationFigures>& iteration) {
   const std::string what = a.model + " on " + a.cluster + ", " + std::to_string(p.num_microbatches) +
                            " microbatches of " + std::to_string(a.microbatch_size) + " × " +
                            std::to_string(planned_for.model.seq_len) + " tokens";
@@ -164,6 +164,13 @@ void print_plan(const PlanArgs& a, const Problem& p, const PlannedFor& planned_f
     std::printf("optimized: %s from %s; %s\n",
                 placement_label(r.problem.placement, r.problem.chunks_per_device).c_str(), r.stats.start_family.c_str(),
                 vs.c_str());
+    if (iteration)
+      std::printf(
+          "iteration: %s = pipeline %s + data-parallel reduction %s + optimizer step %s; %.0f tokens/s/GPU, %.0f model "
+          "TFLOP/s/GPU (MFU %.1f%%)\n",
+          format_us(iteration->iteration_us).c_str(), format_us(iteration->pipeline_us).c_str(),
+          format_us(iteration->dp_exposed_us).c_str(), format_us(iteration->optimizer_us).c_str(),
+          iteration->tokens_per_s_per_gpu, iteration->model_tflops_per_gpu, 100 * iteration->mfu);
     std::printf("%s", gap_detail_lines(r).c_str());
     std::printf("%s\n", timing_line(options, r).c_str());
     if (const std::string line = partition_line(r); !line.empty()) std::printf("%s\n", line.c_str());
@@ -192,6 +199,7 @@ nlohmann::json layout_json(const LayoutRow& r) {
     j.update({{"schedule", r.schedule},
               {"iteration_us", r.iteration_us},
               {"dp_exposed_us", r.dp_exposed_us},
+              {"optimizer_us", r.optimizer_us},
               {"tokens_per_s", r.tokens_per_s},
               {"tflops_per_gpu", r.tflops_per_gpu},
               {"mfu", r.mfu},
@@ -310,7 +318,8 @@ int run_plan(const PlanArgs& a, CLI::App* c) {
   if (!a.as_json) {
     const PlanTable table(plan_rows_json(report, options.objective), options.objective);
     print_plan(a, report.problem, pf, options, r, fastest_fitting(report.runs, options.objective),
-               fastest_fitting(report.runs, options.objective, /*as_published_only=*/true), table);
+               fastest_fitting(report.runs, options.objective, /*as_published_only=*/true), table,
+               plan_iteration(report));
     return fits ? kExitOk : kExitInfeasible;
   }
   nlohmann::json j = plan_json(report, options);

@@ -317,3 +317,22 @@ TEST(CostModel, HuggingFaceConfigs) {
     EXPECT_NE(r.status.message.find(key), std::string::npos) << r.status.message;
   }
 }
+
+// The whole iteration: the pipeline, the exposed reduction, the optimizer step (30 bytes a
+// parameter at HBM bandwidth over the busiest GPU's parameters), and the throughput figures.
+TEST(CostModel, IterationFigures) {
+  const ModelSpec m = find_model("llama2-7b").value;
+  const ClusterSpec c = find_cluster("8xh100").value;  // pp 8: 4 layers a stage, and an end's table
+  const double params = 4.0 * transformer_layer_cost(m, 1).params + 32000.0 * 4096;
+  const IterationFigures f = iteration_figures(m, c, PlanSpec{.num_microbatches = 32}, 32, 1e6);
+  EXPECT_DOUBLE_EQ(f.optimizer_us, 30 * params / 3.35e6);
+  EXPECT_EQ(f.dp_exposed_us, 0);
+  EXPECT_DOUBLE_EQ(f.iteration_us, 1e6 + f.optimizer_us);
+  EXPECT_DOUBLE_EQ(f.tokens_per_s_per_gpu, 32.0 * 4096 / (f.iteration_us * 1e-6) / 8);
+  EXPECT_DOUBLE_EQ(f.model_tflops_per_gpu, model_flops(m, 32) / (f.iteration_us * 1e-6) / 8 / 1e12);
+  // Two data-parallel ranks with the distributed optimizer: each updates half.
+  const ClusterSpec c16 = find_cluster("16xh100").value;
+  const IterationFigures d = iteration_figures(m, c16, PlanSpec{.num_microbatches = 32, .dp = 2}, 64, 1e6);
+  EXPECT_DOUBLE_EQ(d.optimizer_us, f.optimizer_us / 2);
+  EXPECT_GT(d.dp_exposed_us, 0);
+}

@@ -51,6 +51,7 @@ struct ClusterSpec {
   double p2p_latency_us = 0;
   int gpus_per_node = 8;
   double nvlink_gb_per_s = 0;  // between GPUs of one node: a ring collective's bus bandwidth
+  double hbm_gb_per_s = 0;     // memory bandwidth: the optimizer step's rate
 };
 
 // The cluster's GPUs are tp · dp · pipeline stages, in Megatron's rank order: tensor-parallel
@@ -112,6 +113,23 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
 // are ready) leaves the last bucket's reduce-scatter, and the distributed optimizer's parameter
 // all-gather (--overlap-param-gather) the first bucket's, exposed. 0 with dp = 1.
 double dp_exposed_us(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan);
+
+// The optimizer step after the last backward, in µs: mixed-precision Adam reads each parameter's
+// fp32 gradient, master weight and two moments, and writes the three and the bf16 weight (30
+// bytes a parameter), at HBM bandwidth, over the parameters the busiest GPU updates: an end
+// stage's (its layers and the embedding or head) / tp, / dp with the distributed optimizer. 0
+// where the cluster gives no bandwidth.
+double optimizer_step_us(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan);
+
+// One iteration as users compare it: the pipeline's makespan, then the exposed data-parallel
+// reduction (dp_exposed_us) and the optimizer step; tokens/s/GPU and model TFLOP/s/GPU over
+// `global_batch` sequences on every GPU of the cluster (model_flops: no recompute counted).
+struct IterationFigures {
+  double pipeline_us = 0, dp_exposed_us = 0, optimizer_us = 0, iteration_us = 0;
+  double tokens_per_s_per_gpu = 0, model_tflops_per_gpu = 0, mfu = 0;
+};
+IterationFigures iteration_figures(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan,
+                                   int64_t global_batch, double pipeline_us);
 
 // The model FLOPs one iteration of `sequences` sequences does (forward, and backward at twice the
 // forward; no recompute): the numerator of MFU.

@@ -26,8 +26,9 @@ struct LayoutRow {
   double bound_us = 0;      // lower bound on the iteration time (the screen)
   bool evaluated = false;   // scheduled: the optimizer ran (or, for the default, its families)
   std::string schedule;     // "optimized vshape v2", or the family's label
-  double iteration_us = 0;  // the schedule's makespan + the exposed data-parallel reduction
+  double iteration_us = 0;  // the schedule's makespan + the exposed data-parallel reduction + the optimizer step
   double dp_exposed_us = 0;
+  double optimizer_us = 0;                               // the optimizer step (optimizer_step_us)
   double tokens_per_s = 0, tflops_per_gpu = 0, mfu = 0;  // model FLOPs (no recompute)
   int64_t peak_bytes = 0;
   bool fits = false, fits_any_timing = false;

@@ -7,6 +7,7 @@
 //   nlohmann::json j = plan_json(r.value, options);   // what `optpipe plan --json` prints
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,11 @@ Result<PlanReport> plan(const ModelSpec& model, const std::string& cluster_name,
 PlanReport plan_problem(const Problem& p, const PlannedFor& planned_for, const OptimizeOptions& options,
                         const SimOptions& sim = {});
 
+// The optimized schedule's whole iteration (iteration_figures, cost_model.h: pipeline, exposed
+// data-parallel reduction, optimizer step; tokens/s/GPU, model TFLOP/s/GPU), or nothing when
+// nothing fits or the cluster is not a preset's.
+std::optional<IterationFigures> plan_iteration(const PlanReport& r);
+
 // The table's rows: every family run (with "in_table": whether the text table shows it, see
 // at_best_chunks), then "optimized"; each with the schedule's name, placement, chunks_per_device,
 // fits_budget, fits_any_timing, makespan_us, max_span_us, bubble_ratio, peak_bytes,
@@ -59,8 +65,8 @@ PlanReport plan_problem(const Problem& p, const PlannedFor& planned_for, const O
 nlohmann::json plan_rows_json(const PlanReport& r, Objective objective);
 
 // What `optpipe plan --json` prints: model, cluster, problem, schedules (plan_rows_json),
-// outcome, timing, objective, rules, best families, the budget minimums, the partition and the
-// search's figures.
+// outcome, timing, objective, rules, best families, the budget minimums, the partition, the
+// search's figures and the iteration (plan_iteration; null when there is none).
 nlohmann::json plan_json(const PlanReport& r, const OptimizeOptions& options);
 
 }  // namespace optpipe

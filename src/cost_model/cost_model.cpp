@@ -19,6 +19,7 @@
 #include "optpipe/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "optpipe/files.h"
@@ -68,12 +69,12 @@ const std::vector<ClusterSpec>& gpu_presets() {
   // Nodes of 8 on NVSwitch: a ring collective's bus bandwidth taken as 230 GB/s (A100, NVLink 3)
   // and 360 GB/s (H100/H200, NVLink 4), below the links' 300 / 450 GB/s each way.
   // name, gpus, peak TFLOP/s, utilization, HBM, d2h, h2d, host latency, per link, p2p, p2p latency,
-  // per node, NVLink
+  // per node, NVLink, HBM GB/s (SXM data sheets)
   static const std::vector<ClusterSpec> kGpus = {
-      {"a100-40gb", 1, 312, 0.45, 40 * GiB, 25, 25, 10, 1, 25, 10, 8, 230},
-      {"a100-80gb", 1, 312, 0.45, 80 * GiB, 25, 25, 10, 1, 25, 10, 8, 230},
-      {"h100", 1, 989, 0.45, 80 * GiB, 50, 50, 10, 1, 50, 10, 8, 360},
-      {"h200", 1, 989, 0.45, 141'000'000'000, 50, 50, 10, 1, 50, 10, 8, 360},
+      {"a100-40gb", 1, 312, 0.45, 40 * GiB, 25, 25, 10, 1, 25, 10, 8, 230, 1555},
+      {"a100-80gb", 1, 312, 0.45, 80 * GiB, 25, 25, 10, 1, 25, 10, 8, 230, 2039},
+      {"h100", 1, 989, 0.45, 80 * GiB, 50, 50, 10, 1, 50, 10, 8, 360, 3350},
+      {"h200", 1, 989, 0.45, 141'000'000'000, 50, 50, 10, 1, 50, 10, 8, 360, 4800},
   };
   return kGpus;
 }
@@ -322,6 +323,32 @@ double dp_exposed_us(const ModelSpec& m, const ClusterSpec& cluster, const PlanS
   // Data-parallel peers are tp ranks apart: within a node while tp · dp fits in one.
   const double gb_per_s = T * DP > cluster.gpus_per_node ? cluster.p2p_gb_per_s : cluster.nvlink_gb_per_s;
   return 2 * ring_us(bucket_bytes, DP, gb_per_s);  // one reduce-scatter, one all-gather
+}
+
+double optimizer_step_us(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan) {
+  Result<Degrees> deg = degrees(m, cluster, plan);
+  if (!deg.ok() || !(cluster.hbm_gb_per_s > 0)) return 0;
+  const int pp = std::max(1, deg.value.pp);
+  const double layers = std::ceil(static_cast<double>(m.num_layers) / pp);
+  const double params =
+      (layers * static_cast<double>(transformer_layer_cost(m, 1).params) + static_cast<double>(m.vocab) * m.hidden) /
+      deg.value.tp / (deg.value.distributed_optimizer ? deg.value.dp : 1);
+  return 30 * params / (cluster.hbm_gb_per_s * 1e3);  // GB/s = 1e3 bytes/µs
+}
+
+IterationFigures iteration_figures(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan,
+                                   int64_t global_batch, double pipeline_us) {
+  IterationFigures f;
+  f.pipeline_us = pipeline_us;
+  f.dp_exposed_us = dp_exposed_us(m, cluster, plan);
+  f.optimizer_us = optimizer_step_us(m, cluster, plan);
+  f.iteration_us = f.pipeline_us + f.dp_exposed_us + f.optimizer_us;
+  const double seconds = f.iteration_us * 1e-6;
+  if (seconds <= 0 || cluster.num_gpus < 1) return f;
+  f.tokens_per_s_per_gpu = static_cast<double>(global_batch) * m.seq_len / seconds / cluster.num_gpus;
+  f.model_tflops_per_gpu = model_flops(m, global_batch) / seconds / cluster.num_gpus / 1e12;
+  f.mfu = f.model_tflops_per_gpu / cluster.peak_tflops;
+  return f;
 }
 
 double model_flops(const ModelSpec& m, int64_t sequences) {

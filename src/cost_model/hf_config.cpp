@@ -16,11 +16,16 @@ constexpr int kMaxSeqLen = 8192;  // a config gives the longest context; pretrai
 // Keys whose presence (with a value other than null, false or 0) means a model the cost model
 // does not describe: mixture of experts, multi-latent attention, per-layer attention patterns.
 constexpr const char* kRefusedKeys[][2] = {
-    {"num_local_experts", "a mixture of experts"},   {"num_experts", "a mixture of experts"},
-    {"n_routed_experts", "a mixture of experts"},    {"num_experts_per_tok", "a mixture of experts"},
-    {"moe_intermediate_size", "a mixture of experts"}, {"kv_lora_rank", "multi-latent attention"},
-    {"q_lora_rank", "multi-latent attention"},       {"layer_types", "per-layer attention types"},
-    {"sliding_window_pattern", "per-layer attention types"}, {"cross_attention_layers", "cross-attention layers"},
+    {"num_local_experts", "a mixture of experts"},
+    {"num_experts", "a mixture of experts"},
+    {"n_routed_experts", "a mixture of experts"},
+    {"num_experts_per_tok", "a mixture of experts"},
+    {"moe_intermediate_size", "a mixture of experts"},
+    {"kv_lora_rank", "multi-latent attention"},
+    {"q_lora_rank", "multi-latent attention"},
+    {"layer_types", "per-layer attention types"},
+    {"sliding_window_pattern", "per-layer attention types"},
+    {"cross_attention_layers", "cross-attention layers"},
 };
 
 bool set(const nlohmann::json& j, const char* key) {

@@ -27,7 +27,7 @@ struct Candidate {
 // The row's throughput from the schedule's makespan.
 void set_throughput(const ModelSpec& m, const ClusterSpec& c, int64_t global_batch, double makespan_us,
                     LayoutRow* row) {
-  row->iteration_us = makespan_us + row->dp_exposed_us;
+  row->iteration_us = makespan_us + row->dp_exposed_us + row->optimizer_us;
   const double seconds = row->iteration_us * 1e-6;
   row->tokens_per_s = static_cast<double>(global_batch) * m.seq_len / seconds;
   row->tflops_per_gpu = model_flops(m, global_batch) / seconds / c.num_gpus / 1e12;
@@ -50,7 +50,8 @@ std::optional<Problem> layout_problem(const ModelSpec& m, const ClusterSpec& clu
     row->status = p.status;
   if (!row->status.ok()) return std::nullopt;
   row->dp_exposed_us = dp_exposed_us(m, cluster, plan);
-  row->bound_us = lower_bound_for(p.value, true, Objective::kMakespan) + row->dp_exposed_us;
+  row->optimizer_us = optimizer_step_us(m, cluster, plan);
+  row->bound_us = lower_bound_for(p.value, true, Objective::kMakespan) + row->dp_exposed_us + row->optimizer_us;
   return std::move(p.value);
 }
 

@@ -83,6 +83,20 @@ Result<PlanReport> plan(const ModelSpec& model, const std::string& cluster_name,
   return R::Of(plan_problem(p.value, planned_for(model, model.name, cluster_name, spec, p.value), options, sim));
 }
 
+std::optional<IterationFigures> plan_iteration(const PlanReport& r) {
+  const PlannedFor& pf = r.planned_for;
+  Result<ClusterSpec> cluster = find_cluster(pf.cluster);
+  if (r.result.outcome == Outcome::kInfeasible || !cluster.ok() || pf.model.num_layers < 1) return std::nullopt;
+  const PlanSpec spec{.num_microbatches = pf.num_microbatches,
+                      .microbatch_size = pf.microbatch_size,
+                      .mem_budget_bytes = pf.mem_budget_bytes,
+                      .tp = pf.tp,
+                      .dp = pf.dp,
+                      .sequence_parallel = pf.sequence_parallel,
+                      .distributed_optimizer = pf.distributed_optimizer};
+  return iteration_figures(pf.model, cluster.value, spec, pf.global_batch, r.result.timeline.makespan_us);
+}
+
 nlohmann::json plan_rows_json(const PlanReport& r, Objective objective) {
   const FamilyRun* best = fastest_fitting(r.runs, objective);
   const double best_us = best ? objective_us(best->timeline, objective) : 0;
@@ -128,6 +142,21 @@ nlohmann::json plan_rows_json(const PlanReport& r, Objective objective) {
   return rows;
 }
 
+namespace {
+
+nlohmann::json iteration_json(const std::optional<IterationFigures>& f) {
+  if (!f) return nullptr;
+  return {{"pipeline_us", f->pipeline_us},
+          {"dp_exposed_us", f->dp_exposed_us},
+          {"optimizer_us", f->optimizer_us},
+          {"iteration_us", f->iteration_us},
+          {"tokens_per_s_per_gpu", f->tokens_per_s_per_gpu},
+          {"model_tflops_per_gpu", f->model_tflops_per_gpu},
+          {"mfu", f->mfu}};
+}
+
+}  // namespace
+
 nlohmann::json plan_json(const PlanReport& r, const OptimizeOptions& options) {
   const OptimizeResult& opt = r.result;
   return {{"model", r.planned_for.model.name},
@@ -151,7 +180,8 @@ nlohmann::json plan_json(const PlanReport& r, const OptimizeOptions& options) {
           {"search",
            {{"wall_s", opt.stats.wall_s},
             {"evaluations", opt.stats.evaluations},
-            {"stopped_by_time", opt.stats.stopped_by_time}}}};
+            {"stopped_by_time", opt.stats.stopped_by_time}}},
+          {"iteration", iteration_json(plan_iteration(r))}};
 }
 
 }  // namespace optpipe
