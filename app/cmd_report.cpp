@@ -13,23 +13,48 @@ namespace optpipe {
 namespace {
 
 struct ReportArgs {
-  std::string problem_path, out_path;
+  std::string problem_path, schedule_path, out_path;
   std::vector<std::string> chart_families = {"1f1b"};
   OptimizerArgs optimizer;
 };
 
+// A plan file's schedule in the optimizer's place: the page shows the plan, not a new search.
+Result<OptimizeResult> planned(const ReportArgs& a) {
+  Result<FamilySchedule> fs = load_schedule(a.problem_path, a.schedule_path, "", 0);
+  if (!fs.ok()) return Result<OptimizeResult>::Error(fs.status);
+  Result<Timeline> t = checked_timeline(fs.value, a.schedule_path, {.op_times = true, .memory_curve = true});
+  if (!t.ok()) return Result<OptimizeResult>::Error(t.status);
+  OptimizeResult r;
+  r.problem = std::move(fs.value.problem);
+  r.schedule = std::move(fs.value.schedule);
+  r.timeline = std::move(t.value);
+  r.outcome = fits_budget(r.problem, r.timeline) ? Outcome::kFeasible : Outcome::kInfeasible;
+  return Result<OptimizeResult>::Of(std::move(r));
+}
+
 int run_report(const ReportArgs& a) {
-  Result<Problem> p = load_problem(a.problem_path);
-  if (!p.ok()) return fail(p.status);
   for (const std::string& name : a.chart_families)
     if (!find_family(name)) return fail(Status::Invalid("unknown family \"" + name + "\" (see: optpipe families)"));
-  OptimizeOptions options = a.optimizer.parsed();
-  options.progress = nullptr;
-  if (Status st = a.optimizer.apply_partition(&p.value, &options); !st.ok()) return fail(st);
   OptimizeResult r;
-  std::vector<FamilyRun> runs = families_then_optimize(p.value, {.op_times = true, .memory_curve = true}, options, &r);
-  if (!r.status.ok()) return fail(r.status);
-  std::string html = html_report("optpipe report", problem_summary(p.value), report_rows(runs, r),
+  std::vector<FamilyRun> runs;
+  Problem problem;
+  if (!a.schedule_path.empty()) {
+    Result<OptimizeResult> plan = planned(a);
+    if (!plan.ok()) return fail(plan.status);
+    r = std::move(plan.value);
+    problem = r.problem;
+    runs = run_families(problem, {.op_times = true, .memory_curve = true});
+  } else {
+    Result<Problem> p = load_problem(a.problem_path);
+    if (!p.ok()) return fail(p.status);
+    OptimizeOptions options = a.optimizer.parsed();
+    options.progress = nullptr;
+    if (Status st = a.optimizer.apply_partition(&p.value, &options); !st.ok()) return fail(st);
+    runs = families_then_optimize(p.value, {.op_times = true, .memory_curve = true}, options, &r);
+    if (!r.status.ok()) return fail(r.status);
+    problem = std::move(p.value);
+  }
+  std::string html = html_report("optpipe report", problem_summary(problem), report_rows(runs, r),
                                  report_charts(r, runs, a.chart_families));
   Status st = emit(a.out_path, html);
   if (!st.ok()) return fail(st);
@@ -43,6 +68,8 @@ Command add_report_command(CLI::App& app) {
   auto a = std::make_shared<ReportArgs>();
   CLI::App* c = app.add_subcommand("report", "write an HTML page: comparison table and charts");
   add_problem_option(c, &a->problem_path);
+  c->add_option("--schedule,-s", a->schedule_path,
+                "a plan file: its schedule in the optimizer's place, beside every family on its problem");
   c->add_option("--chart", a->chart_families, "also chart these families (default: 1f1b)");
   c->add_option("--out,-o", a->out_path, "output file (default: stdout)");
   c->add_option("--time-limit", a->optimizer.options.time_limit_s, "optimizer seconds")->check(CLI::Range(0.01, 1e6));

@@ -159,6 +159,9 @@ for f in json trace svg csv; do
   "$bin" export -s "$tmp/inter.json" --format "$f" --drop-memory-ops -o "$tmp/inter.$f" 2> /dev/null \
     || { echo "FAIL: export --format $f from the plan file alone"; failures=$((failures + 1)); }
 done
+"$bin" report -s "$tmp/inter.json" -o "$tmp/inter.html" 2> /dev/null && grep -q "optimized" "$tmp/inter.html" \
+  && grep -q "interleaved-1f1b" "$tmp/inter.html" \
+  || { echo "FAIL: report from the plan file alone"; failures=$((failures + 1)); }
 "$bin" export -p "$tmp/p.json" -s "$tmp/inter.json" --format megatron > /dev/null \
   || { echo "FAIL: -p with the plan's own problem is refused"; failures=$((failures + 1)); }
 if "$bin" export -p "$tmp/p40.json" -s "$tmp/inter.json" --format megatron > /dev/null 2> "$tmp/drift.err" \

@@ -9,9 +9,9 @@
 #include <random>
 
 #include "fixtures.h"
-#include "optimize_checks.h"
 #include "optimize/frugal.h"
 #include "optimize/partition.h"
+#include "optimize_checks.h"
 #include "optpipe/cost_model.h"
 #include "optpipe/families.h"
 #include "optpipe/optimize.h"

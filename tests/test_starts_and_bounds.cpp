@@ -11,8 +11,8 @@
 #include "optimize/starts.h"
 #include "optimize_checks.h"
 #include "optpipe/families.h"
-#include "optpipe/passes.h"
 #include "optpipe/optimize.h"
+#include "optpipe/passes.h"
 #include "optpipe/simulate.h"
 #include "optpipe/validate.h"
 
@@ -289,4 +289,3 @@ TEST(Bounds, NeverAboveTheBestOrderWithinTheBudget) {
   EXPECT_GT(raised, 5);  // memory, warm-up or cool-down above the plain load bound
   EXPECT_GT(tight, 5);   // and often the best order's makespan itself
 }
-
