@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
+#include "optpipe/cost_model.h"
 #include "optpipe/export.h"
 #include "optpipe/families.h"
 #include "optpipe/validate.h"
@@ -148,4 +151,38 @@ TEST(HtmlReport, SelfContained) {
   EXPECT_EQ(html.find("<link"), std::string::npos);
   EXPECT_EQ(html.find("src="), std::string::npos);
   EXPECT_EQ(count(html, "http"), count(html, "http://www.w3.org/2000/svg"));
+}
+
+// Megatron's recompute flags say what the plan recomputes only where Megatron can: every
+// microbatch of every stage recomputed whole; a plan recomputing some gets a comment instead.
+TEST(Megatron, RecomputeFlagsWhereMegatronCanSayThem) {
+  const Problem p = build_problem(find_model("llama2-7b").value, find_cluster("4xh100").value, PlanSpec{}).value;
+  auto flags_of = [&](const Schedule& s) {
+    Result<std::string> text = megatron_flags(p, s);
+    EXPECT_TRUE(text.ok()) << text.status.message;
+    return text.value;
+  };
+  Result<FamilySchedule> plain = build_family(*find_family("1f1b"), p);
+  Result<FamilySchedule> all = build_family(*find_family("1f1b-recompute"), p);
+  ASSERT_TRUE(plain.ok() && all.ok());
+  EXPECT_EQ(flags_of(plain.value.schedule).find("--recompute"), std::string::npos);
+  const std::vector<int> layers = transformer_layers_per_stage(p);
+  const int most = *std::max_element(layers.begin(), layers.end());
+  const std::string full = flags_of(all.value.schedule);
+  EXPECT_NE(
+      full.find("--recompute-granularity full --recompute-method block --recompute-num-layers " + std::to_string(most)),
+      std::string::npos)
+      << full;
+  // One stage forward recomputed: not expressible, said in the comment.
+  Schedule some = plain.value.schedule;
+  std::vector<Op>& ops = some.devices[0].compute;
+  const auto b0 = std::find(ops.begin(), ops.end(), Op{OpKind::kBW, 0, 0});
+  ASSERT_NE(b0, ops.end());
+  ops.insert(b0, Op{OpKind::kR, 0, 0});
+  ASSERT_TRUE(validate(p, some, {.check_memory_budget = false}).ok()) << validate(p, some).summary();
+  const std::string partial = flags_of(some);
+  EXPECT_EQ(partial.find("--recompute-granularity"), std::string::npos) << partial;
+  EXPECT_NE(partial.find("1 of " + std::to_string(p.num_stages() * p.num_microbatches) + " stage forwards recomputed"),
+            std::string::npos)
+      << partial;
 }

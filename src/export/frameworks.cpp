@@ -27,44 +27,27 @@ Status need_items(const Problem& p, const char* framework) {
 // "t*3", "t", or "" for k layers.
 std::string layers_token(int k) { return k == 0 ? "" : k == 1 ? "t" : "t*" + std::to_string(k); }
 
-// Megatron's recompute flags for what the plan recomputes, or "" with *note saying why none can
-// say it: Megatron recomputes every microbatch of every stage alike (recompute_method "block":
-// the first n layers of each virtual stage), optpipe chooses per stage and microbatch.
+// Megatron's recompute flags for what the plan recomputes, or "" with *note saying what they
+// cannot carry: Megatron recomputes every microbatch of every stage alike ("full", method
+// "block": the first n layers of each virtual stage), optpipe chooses per stage and microbatch.
+// (A problem whose stages recompute layers has no items behind it: need_items refuses it.)
 std::string megatron_recompute(const Problem& p, const Schedule& s, std::string* note) {
-  int block_layers = -1;  // the stages' recompute_layers, when equal
-  for (const StageSpec& st : p.stages)
-    block_layers = block_layers < 0 || block_layers == st.recompute_layers ? st.recompute_layers : -2;
-  if (block_layers == -2) {
-    *note =
-        "the plan recomputes a different number of layers on each stage; Megatron's --recompute-num-layers is one "
-        "count for every stage";
-    return "";
-  }
-  std::vector<int> recomputed(p.num_stages(), 0);
-  int offloads = 0;
+  int recomputes = 0, offloads = 0;
   for (const DeviceSchedule& ds : s.devices) {
-    for (const Op& op : ds.compute) recomputed[op.stage] += op.kind == OpKind::kR;
+    for (const Op& op : ds.compute) recomputes += op.kind == OpKind::kR;
     offloads += static_cast<int>(ds.offloads.size());
   }
   if (offloads > 0)
     *note = std::to_string(offloads) + " activation offloads (Megatron's flags have no per-microbatch offload)";
-  const bool none = std::all_of(recomputed.begin(), recomputed.end(), [](int n) { return n == 0; });
-  const bool every = std::all_of(recomputed.begin(), recomputed.end(), [&](int n) { return n == p.num_microbatches; });
-  if (block_layers > 0 && none)
-    return " --recompute-granularity full --recompute-method block --recompute-num-layers " +
-           std::to_string(block_layers);
-  if (block_layers == 0 && every) {
+  const int forwards = p.num_stages() * p.num_microbatches;
+  if (recomputes == forwards) {  // each stage forward recomputed once: all of them, whole
     int most = 0;
     for (int k : transformer_layers_per_stage(p)) most = std::max(most, k);
     return " --recompute-granularity full --recompute-method block --recompute-num-layers " + std::to_string(most);
   }
-  if (!none) {
-    int n = 0;
-    for (int k : recomputed) n += k;
-    *note += std::string(note->empty() ? "" : "; ") + std::to_string(n) + " of " +
-             std::to_string(p.num_stages() * p.num_microbatches) +
+  if (recomputes > 0)
+    *note += std::string(note->empty() ? "" : "; ") + std::to_string(recomputes) + " of " + std::to_string(forwards) +
              " stage forwards recomputed (Megatron recomputes all microbatches of a stage alike)";
-  }
   return "";
 }
 
