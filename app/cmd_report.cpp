@@ -76,7 +76,15 @@ Command add_report_command(CLI::App& app) {
   c->add_option("--seed", a->optimizer.options.seed, "random seed")->check(kNoMinus);
   a->optimizer.add_timing(c);
   a->optimizer.add_rules(c);
-  return {c, [a] { return run_report(*a); }};
+  return {c, [a, c] {
+            // With a plan file no search runs: an option of the search is refused, not dropped.
+            if (!a->schedule_path.empty())
+              for (const CLI::Option* opt : c->get_options())
+                if (opt->count() > 0 && opt->get_name() != "--schedule" && opt->get_name() != "--problem" &&
+                    opt->get_name() != "--chart" && opt->get_name() != "--out")
+                  return usage_error(opt->get_name() + ": report -s shows the plan file's schedule and runs no search");
+            return run_report(*a);
+          }};
 }
 
 }  // namespace optpipe

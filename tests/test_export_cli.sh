@@ -162,6 +162,9 @@ done
 "$bin" report -s "$tmp/inter.json" -o "$tmp/inter.html" 2> /dev/null && grep -q "optimized" "$tmp/inter.html" \
   && grep -q "interleaved-1f1b" "$tmp/inter.html" \
   || { echo "FAIL: report from the plan file alone"; failures=$((failures + 1)); }
+if "$bin" report -s "$tmp/inter.json" --time-limit 5 -o /dev/null 2> "$tmp/rep.err" || ! grep -q "runs no search" "$tmp/rep.err"; then
+  echo "FAIL: report -s takes a search option silently"; failures=$((failures + 1))
+fi
 "$bin" export -p "$tmp/p.json" -s "$tmp/inter.json" --format megatron > /dev/null \
   || { echo "FAIL: -p with the plan's own problem is refused"; failures=$((failures + 1)); }
 if "$bin" export -p "$tmp/p40.json" -s "$tmp/inter.json" --format megatron > /dev/null 2> "$tmp/drift.err" \
