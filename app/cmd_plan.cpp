@@ -83,7 +83,7 @@ Result<PlanInputs> plan_inputs(const PlanArgs& a) {
 
 // The problem the cost model builds from the presets and options (and a measured profile), and
 // what it was planned for.
-Result<Problem> plan_problem(const PlanArgs& a, PlannedFor* pf) {
+Result<Problem> model_problem(const PlanArgs& a, PlannedFor* pf) {
   using R = Result<Problem>;
   Result<PlanInputs> in = plan_inputs(a);
   if (!in.ok()) return R::Error(in.status);
@@ -305,7 +305,7 @@ int run_layout_search(const PlanArgs& a, CLI::App* c) {
 int run_plan(const PlanArgs& a, CLI::App* c) {
   if (a.search) return run_layout_search(a, c);
   PlannedFor pf;
-  Result<Problem> problem = plan_problem(a, &pf);
+  Result<Problem> problem = model_problem(a, &pf);
   if (!problem.ok()) return fail(problem.status);
   OptimizeOptions options = a.optimizer.parsed();
   if (Status st = a.optimizer.apply_partition(&problem.value, &options); !st.ok()) return fail(st);
