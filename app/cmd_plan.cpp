@@ -339,7 +339,7 @@ Command add_plan_command(CLI::App& app) {
                 "model preset (llama3-8b, llama3-70b, llama3.1-405b, llama2-7b, llama2-13b, llama2-70b, gpt-7b, "
                 "gpt-14b, gpt-tiny) or a Hugging Face config.json path");
   c->add_option("--seq-len", a->seq_len, "tokens a sequence (default: the model's)")->check(CLI::Range(1, 1 << 22));
-  c->add_option("--cluster", a->cluster, "<count>x<gpu>: gpu one of a100-40gb, a100-80gb, h100, h200");
+  c->add_option("--cluster", a->cluster, "<count>x<gpu>: gpu one of a100-40gb, a100-80gb, h100, h200, b200");
   c->add_option("--budget", a->budget, "memory per GPU, e.g. 60GiB (default: 90% of its HBM)");
   c->add_option("--microbatches", a->microbatches, "per iteration (default: 4 × GPUs)")->check(CLI::Range(1, 100000));
   c->add_option("--microbatch-size", a->microbatch_size, "sequences per microbatch")->check(CLI::Range(1, 4096));

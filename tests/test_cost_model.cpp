@@ -90,6 +90,10 @@ TEST(CostModel, ProblemFromModelAndCluster) {
 
 TEST(CostModel, ClusterNamesAreChecked) {
   EXPECT_TRUE(find_cluster("16xh200").ok());
+  Result<ClusterSpec> b200 = find_cluster("8xb200");
+  ASSERT_TRUE(b200.ok());
+  EXPECT_EQ(b200.value.num_gpus, 8);
+  EXPECT_GT(b200.value.peak_tflops, find_cluster("8xh100").value.peak_tflops);
   EXPECT_NE(find_cluster("16xtpu").status.message.find("unknown GPU \"tpu\""), std::string::npos);
   EXPECT_FALSE(find_cluster("h100").ok());
   EXPECT_FALSE(find_cluster("0xh100").ok());

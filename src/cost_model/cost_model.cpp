@@ -75,6 +75,9 @@ const std::vector<ClusterSpec>& gpu_presets() {
       {"a100-80gb", 1, 312, 0.45, 80 * GiB, 25, 25, 10, 1, 25, 10, 8, 230, 2039},
       {"h100", 1, 989, 0.45, 80 * GiB, 50, 50, 10, 1, 50, 10, 8, 360, 3350},
       {"h200", 1, 989, 0.45, 141'000'000'000, 50, 50, 10, 1, 50, 10, 8, 360, 4800},
+      // B200 (DGX B200 data sheet, per GPU: 2.25 PFLOP/s dense bf16, 180 GB, 8 TB/s; NVLink 5 at
+      // 900 GB/s each way, its ring bus bandwidth taken at 80% as above).
+      {"b200", 1, 2250, 0.45, 180'000'000'000, 50, 50, 10, 1, 50, 10, 8, 720, 8000},
   };
   return kGpus;
 }
