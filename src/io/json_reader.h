@@ -69,6 +69,13 @@ class Reader {
     *out = static_cast<int>(v);
   }
 
+  void boolean(const char* key, bool* out, bool required) {
+    const json* v = get(key, required);
+    if (!v) return;
+    if (!v->is_boolean()) return fail(field(key), "expected true or false, got " + brief(*v));
+    *out = v->get<bool>();
+  }
+
   void string(const char* key, std::string* out, bool required) {
     const json* v = get(key, required);
     if (!v) return;
@@ -115,6 +122,8 @@ void read_measured_stage(Reader& sr, StageSpec* st, bool required);
 json measured_stage_json(const StageSpec& st);
 json host_link_json(const HostLinkSpec& link);
 void check_format(Reader& r, const char* expected);
+// A problem from its parsed JSON (problem_from_json without the text), checked.
+Result<Problem> read_problem(const json& j);
 void read_placement(Reader& r, Placement* placement, int* chunks_per_device);
 
 }  // namespace optpipe::json_read

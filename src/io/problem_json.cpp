@@ -9,9 +9,13 @@ using namespace json_read;
 Result<Problem> problem_from_json(const std::string& text) {
   Result<json> parsed = parse(text, "problem");
   if (!parsed.ok()) return Result<Problem>::Error(parsed.status);
+  return read_problem(parsed.value);
+}
+
+Result<Problem> json_read::read_problem(const json& j) {
   Status err;
   Problem p;
-  Reader r(parsed.value, "", &err);
+  Reader r(j, "", &err);
   check_format(r, kProblemFormat);
   r.integer("num_devices", &p.num_devices, true);
   r.integer("num_microbatches", &p.num_microbatches, true);

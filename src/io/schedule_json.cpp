@@ -74,15 +74,6 @@ void read_schedule_fields(Reader& r, Status& err, Schedule* s) {
   }
 }
 
-void read_flag(Reader& r, const char* key, bool* out) {
-  if (const json* v = r.get(key, true)) {
-    if (v->is_boolean())
-      *out = v->get<bool>();
-    else
-      r.fail(r.field(key), "expected true or false, got " + brief(*v));
-  }
-}
-
 void read_model(const json& j, Status& err, ModelSpec* m) {
   Reader r(j, "planned_for.model", &err);
   r.string("name", &m->name, true);
@@ -97,7 +88,7 @@ void read_model(const json& j, Status& err, ModelSpec* m) {
   r.string("mlp", &mlp, true);
   if (mlp != "gelu" && mlp != "swiglu") r.fail(r.field("mlp"), "expected \"gelu\" or \"swiglu\", got \"" + mlp + "\"");
   m->mlp = mlp == "swiglu" ? Mlp::kSwiGlu : Mlp::kGelu;
-  read_flag(r, "flash_attention", &m->flash_attention);
+  r.boolean("flash_attention", &m->flash_attention, true);
   r.integer("bytes_per_value", &m->bytes_per_value, true);
   r.integer("head_dim", &m->head_dim, false);
   r.finish();
@@ -114,8 +105,8 @@ void read_planned_for(const json& j, Status& err, PlannedFor* pf) {
   r.string("cluster", &pf->cluster, true);
   r.integer("tp", &pf->tp, true);
   r.integer("dp", &pf->dp, true);
-  read_flag(r, "sequence_parallel", &pf->sequence_parallel);
-  read_flag(r, "distributed_optimizer", &pf->distributed_optimizer);
+  r.boolean("sequence_parallel", &pf->sequence_parallel, true);
+  r.boolean("distributed_optimizer", &pf->distributed_optimizer, true);
   r.integer("microbatch_size", &pf->microbatch_size, true);
   r.integer("num_microbatches", &pf->num_microbatches, true);
   r.integer("global_batch", &pf->global_batch, true);
@@ -199,7 +190,7 @@ Result<PlanFile> plan_file_from_json(const std::string& text) {
     r.string("optpipe_version", &f.optpipe_version, false);
     r.string("command_line", &f.command_line, false);
     if (const json* pj = r.get("problem", false); pj && err.ok()) {
-      Result<Problem> p = problem_from_json(pj->dump());
+      Result<Problem> p = read_problem(*pj);
       if (!p.ok()) err = Status::Invalid("problem." + p.status.message);
       if (err.ok()) err = check_problem_matches(p.value, f.schedule);
       if (err.ok()) f.problem = std::move(p.value);
