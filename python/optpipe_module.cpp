@@ -256,8 +256,9 @@ void add_plan_functions(py::module_& m) {
   m.def(
       "export",
       [](const py::object& plan_file, const std::string& format, const std::string& csv_path) {
-        auto [p, s] = pair_args(py::none(), plan_file);
         const PlanFile f = value_or_raise(plan_file_from_json(to_text(plan_file)));
+        const Problem p = value_or_raise(plan_problem(f, nullptr, "problem"));
+        const Schedule& s = f.schedule;
         const PlannedFor* pf = f.planned_for ? &*f.planned_for : nullptr;
         if (format == "megatron") return value_or_raise(megatron_flags(p, s, pf));
         if (format == "torchtitan") return value_or_raise(torchtitan_toml(p, csv_path, pf));

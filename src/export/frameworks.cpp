@@ -197,6 +197,48 @@ std::string torchtitan_parts(const Problem& p, const char* head, const char* ind
 
 }  // namespace
 
+namespace {
+
+// One torchtitan setting: in [training] or [parallelism], its value as a literal.
+struct TitanSetting {
+  bool training;
+  std::string key, value;
+};
+
+// The settings both torchtitan forms carry, in order; `python` picks the literals (True/False)
+// and the head's name and indentation of module_fqns_per_model_part (0.3: lm_head).
+std::vector<TitanSetting> torchtitan_settings(const Problem& p, const std::string& csv_path,
+                                              const PlannedFor* planned_for, bool python) {
+  auto flag = [&](bool on) { return std::string(on ? (python ? "True" : "true") : (python ? "False" : "false")); };
+  std::vector<TitanSetting> out;
+  if (planned_for) {
+    // torchtitan runs local_batch_size // pipeline_parallel_microbatch_size microbatches.
+    const PlannedFor& pf = *planned_for;
+    out.push_back({true, "local_batch_size", std::to_string(int64_t{pf.num_microbatches} * pf.microbatch_size)});
+    out.push_back({true, "global_batch_size", std::to_string(pf.global_batch)});
+    out.push_back({true, "seq_len", std::to_string(pf.model.seq_len)});
+  }
+  out.push_back({false, "pipeline_parallel_degree", std::to_string(p.num_devices)});
+  if (planned_for) {
+    const PlannedFor& pf = *planned_for;
+    out.push_back({false, "pipeline_parallel_microbatch_size", std::to_string(pf.microbatch_size)});
+    out.push_back({false, "tensor_parallel_degree", std::to_string(pf.tp)});
+    out.push_back({false, "enable_sequence_parallel", flag(pf.sequence_parallel)});
+    // torchtitan has no ZeRO-1: FSDP shards weights and gradients too (less memory than planned),
+    // plain data parallelism replicates them.
+    out.push_back({false, "data_parallel_shard_degree", std::to_string(pf.distributed_optimizer ? pf.dp : 1)});
+    out.push_back({false, "data_parallel_replicate_degree", std::to_string(pf.distributed_optimizer ? 1 : pf.dp)});
+  }
+  out.push_back({false, "pipeline_parallel_schedule", std::string("\"") + torchtitan_schedule(p) + "\""});
+  out.push_back({false, "pipeline_parallel_schedule_csv", "\"" + csv_path + "\""});
+  out.push_back(
+      {false, "module_fqns_per_model_part",
+       python ? torchtitan_parts(p, "lm_head", "        ", "    ") : torchtitan_parts(p, "output", "  ", "")});
+  return out;
+}
+
+}  // namespace
+
 Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_path, const PlannedFor* planned_for) {
   using R = Result<std::string>;
   if (Status st = need_items(p, "torchtitan"); !st.ok()) return R::Error(st);
@@ -205,29 +247,12 @@ Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_pat
       "# optpipe plan for torchtitan 0.2 (its TOML config; Llama module names). The order is the CSV (optpipe "
       "export --format csv);\n# the stage-to-rank mapping follows pipeline_parallel_schedule even with a CSV. "
       "torchtitan 0.3 takes its configuration in Python: optpipe export --format torchtitan-py.\n";
-  if (planned_for) {
-    // torchtitan runs local_batch_size // pipeline_parallel_microbatch_size microbatches.
-    const PlannedFor& pf = *planned_for;
-    out += "[training]\n";
-    out += "local_batch_size = " + std::to_string(int64_t{pf.num_microbatches} * pf.microbatch_size) + "\n";
-    out += "global_batch_size = " + std::to_string(pf.global_batch) + "\n";
-    out += "seq_len = " + std::to_string(pf.model.seq_len) + "\n";
+  const std::vector<TitanSetting> settings = torchtitan_settings(p, csv_path, planned_for, /*python=*/false);
+  for (bool training : {true, false}) {
+    if (!training || planned_for) out += training ? "[training]\n" : "[parallelism]\n";
+    for (const TitanSetting& t : settings)
+      if (t.training == training) out += t.key + " = " + t.value + "\n";
   }
-  out += "[parallelism]\n";
-  out += "pipeline_parallel_degree = " + std::to_string(p.num_devices) + "\n";
-  if (planned_for) {
-    const PlannedFor& pf = *planned_for;
-    out += "pipeline_parallel_microbatch_size = " + std::to_string(pf.microbatch_size) + "\n";
-    out += "tensor_parallel_degree = " + std::to_string(pf.tp) + "\n";
-    out += std::string("enable_sequence_parallel = ") + (pf.sequence_parallel ? "true" : "false") + "\n";
-    // torchtitan has no ZeRO-1: FSDP shards weights and gradients too (less memory than planned),
-    // plain data parallelism replicates them.
-    out += "data_parallel_shard_degree = " + std::to_string(pf.distributed_optimizer ? pf.dp : 1) + "\n";
-    out += "data_parallel_replicate_degree = " + std::to_string(pf.distributed_optimizer ? 1 : pf.dp) + "\n";
-  }
-  out += std::string("pipeline_parallel_schedule = \"") + torchtitan_schedule(p) + "\"\n";
-  out += "pipeline_parallel_schedule_csv = \"" + csv_path + "\"\n";
-  out += "module_fqns_per_model_part = " + torchtitan_parts(p, "output", "  ", "") + "\n";
   return R::Of(std::move(out));
 }
 
@@ -240,30 +265,11 @@ Result<std::string> torchtitan_config(const Problem& p, const std::string& csv_p
       "# Trainer.Config before training; the order is the CSV (optpipe export --format csv).\n\n\n"
       "def apply_optpipe_plan(config):\n"
       "    parallelism = config.parallelism\n";
-  out += "    parallelism.pipeline_parallel_degree = " + std::to_string(p.num_devices) + "\n";
-  if (planned_for) {
-    const PlannedFor& pf = *planned_for;
-    out += "    parallelism.pipeline_parallel_microbatch_size = " + std::to_string(pf.microbatch_size) + "\n";
-    out += "    parallelism.tensor_parallel_degree = " + std::to_string(pf.tp) + "\n";
-    out +=
-        std::string("    parallelism.enable_sequence_parallel = ") + (pf.sequence_parallel ? "True" : "False") + "\n";
-    out +=
-        "    parallelism.data_parallel_shard_degree = " + std::to_string(pf.distributed_optimizer ? pf.dp : 1) + "\n";
-    out += "    parallelism.data_parallel_replicate_degree = " + std::to_string(pf.distributed_optimizer ? 1 : pf.dp) +
-           "\n";
-  }
-  out += std::string("    parallelism.pipeline_parallel_schedule = \"") + torchtitan_schedule(p) + "\"\n";
-  out += "    parallelism.pipeline_parallel_schedule_csv = \"" + csv_path + "\"\n";
-  out += "    parallelism.module_fqns_per_model_part = " + torchtitan_parts(p, "lm_head", "        ", "    ") + "\n";
-  if (planned_for) {
-    // The microbatch count torchtitan runs: local_batch_size // pipeline_parallel_microbatch_size.
-    const PlannedFor& pf = *planned_for;
-    out +=
-        "    config.training.local_batch_size = " + std::to_string(int64_t{pf.num_microbatches} * pf.microbatch_size) +
-        "\n";
-    out += "    config.training.global_batch_size = " + std::to_string(pf.global_batch) + "\n";
-    out += "    config.training.seq_len = " + std::to_string(pf.model.seq_len) + "\n";
-  }
+  const std::vector<TitanSetting> settings = torchtitan_settings(p, csv_path, planned_for, /*python=*/true);
+  for (bool training : {false, true})
+    for (const TitanSetting& t : settings)
+      if (t.training == training)
+        out += std::string(training ? "    config.training." : "    parallelism.") + t.key + " = " + t.value + "\n";
   out += "    return config\n";
   return R::Of(std::move(out));
 }
