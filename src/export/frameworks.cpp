@@ -160,9 +160,11 @@ Result<std::string> megatron_flags(const Problem& p, const Schedule& s, const Pl
 
 namespace {
 
-// torchtitan's stage-to-rank style follows the schedule's name even when a CSV gives the order;
-// a wave of more than 2 chunks has no style there.
+// Ok when torchtitan can take the plan: the model's items behind the stages, and a stage-to-rank
+// style for the placement (it follows the schedule's name even when a CSV gives the order; a
+// wave of more than 2 chunks has none).
 Status torchtitan_can_place(const Problem& p) {
+  if (Status st = need_items(p, "torchtitan"); !st.ok()) return st;
   if ((p.placement == Placement::kVShape || p.placement == Placement::kWave) && p.chunks_per_device != 2)
     return Status::Invalid(
         "torchtitan places stages looped or in a V of exactly 2 stages a rank (stage_ids_this_rank's \"loop\" and "
@@ -241,7 +243,6 @@ std::vector<TitanSetting> torchtitan_settings(const Problem& p, const std::strin
 
 Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_path, const PlannedFor* planned_for) {
   using R = Result<std::string>;
-  if (Status st = need_items(p, "torchtitan"); !st.ok()) return R::Error(st);
   if (Status st = torchtitan_can_place(p); !st.ok()) return R::Error(st);
   std::string out =
       "# optpipe plan for torchtitan 0.2 (its TOML config; Llama module names). The order is the CSV (optpipe "
@@ -258,7 +259,6 @@ Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_pat
 
 Result<std::string> torchtitan_config(const Problem& p, const std::string& csv_path, const PlannedFor* planned_for) {
   using R = Result<std::string>;
-  if (Status st = need_items(p, "torchtitan"); !st.ok()) return R::Error(st);
   if (Status st = torchtitan_can_place(p); !st.ok()) return R::Error(st);
   std::string out =
       "# optpipe plan for torchtitan 0.3 (configurations in Python: torchtitan/config/configs.py). Call it on your\n"
