@@ -14,9 +14,12 @@ using namespace optpipe;
 TEST(CostModel, GptLayerMatchesThePapers) {
   const ModelSpec& m = find_model("gpt-7b").value;  // h = 4096, a = 32, s = 2048
   LayerCost c = transformer_layer_cost(m, 1);
-  // [N21] 24·b·s·h²·(1 + s/6h) = 24·2048·4096²·(13/12)
-  EXPECT_DOUBLE_EQ(c.fwd_flops, 24.0 * 2048 * 4096 * 4096 * 13 / 12);
-  EXPECT_DOUBLE_EQ(c.bwd_weight_flops, 24.0 * 2048 * 4096 * 4096);  // the matmuls only
+  // [N21] 24·b·s·h²·(1 + s/6h) = 24·2048·4096²·(13/12) over the whole score matrix; a causal flash
+  // kernel does half the attention's: 24·b·s·h²·(1 + s/12h).
+  EXPECT_DOUBLE_EQ(c.fwd_flops, 24.0 * 2048 * 4096 * 4096 * 25 / 24);
+  EXPECT_DOUBLE_EQ(c.fwd_attention_flops, 2.0 * 2048 * 2048 * 4096);
+  EXPECT_DOUBLE_EQ(c.bwd_attention_flops, 3 * c.fwd_attention_flops);  // both operands' gradients, and the recompute
+  EXPECT_DOUBLE_EQ(c.bwd_weight_flops, 24.0 * 2048 * 4096 * 4096);     // the matmuls only
   // [K22] flash attention: 34·s·b·h bytes; [Q23] W keeps 32·s·b·h of them.
   EXPECT_EQ(c.act_bytes, 34ll * 2048 * 4096);
   EXPECT_EQ(c.act_after_b_bytes, 32ll * 2048 * 4096);
@@ -24,8 +27,9 @@ TEST(CostModel, GptLayerMatchesThePapers) {
 
   ModelSpec no_flash = m;
   no_flash.flash_attention = false;
-  // [K22] sbh(34 + 5as/h) = 2048·4096·(34 + 80)
+  // [K22] sbh(34 + 5as/h) = 2048·4096·(34 + 80); the scores computed whole: [N21]'s count.
   EXPECT_EQ(transformer_layer_cost(no_flash, 1).act_bytes, 2048ll * 4096 * 114);
+  EXPECT_DOUBLE_EQ(transformer_layer_cost(no_flash, 1).fwd_flops, 24.0 * 2048 * 4096 * 4096 * 13 / 12);
   // Twice the microbatch, twice everything.
   EXPECT_EQ(transformer_layer_cost(m, 2).act_bytes, 2 * c.act_bytes);
 }
@@ -288,10 +292,10 @@ TEST(CostModel, HuggingFaceConfigs) {
   narrow.head_dim = 0;  // as if hidden / heads = 192
   const LayerCost wide = transformer_layer_cost(gemma.value, 1), usual = transformer_layer_cost(narrow, 1);
   const double h = 3072, f = 24576, s = 8192;
-  // QKV (h·(q + 2kv)), output (q·h), MLP (3·h·f): by hand, and the attention's 4·s²·q.
+  // QKV (h·(q + 2kv)), output (q·h), MLP (3·h·f): by hand, and the causal attention's 2·s²·q.
   EXPECT_EQ(wide.params, static_cast<int64_t>(h * (4096 + 2 * 4096) + 4096 * h + 3 * h * f + 4 * h));
   EXPECT_DOUBLE_EQ(wide.fwd_flops - usual.fwd_flops,
-                   2 * s * (h * (3 * 4096.0 - 3 * 3072.0) + (4096.0 - 3072.0) * h) + 4 * s * s * (4096.0 - 3072.0));
+                   2 * s * (h * (3 * 4096.0 - 3 * 3072.0) + (4096.0 - 3072.0) * h) + 2 * s * s * (4096.0 - 3072.0));
   // A window shorter than the sequence is refused at build time, naming it; a shorter sequence plans.
   Result<ModelSpec> mistral = find_model(dir + "mistral-7b-v0.1.json");
   ASSERT_TRUE(mistral.ok()) << mistral.status.message;

@@ -42,7 +42,7 @@ struct ClusterSpec {
   std::string name;
   int num_gpus = 0;
   double peak_tflops = 0;    // dense bf16 per GPU
-  double utilization = 0.5;  // achieved fraction of the peak
+  double utilization = 0.5;  // achieved fraction of the peak (of each precision's)
   int64_t hbm_bytes = 0;
   double d2h_gb_per_s = 0, h2d_gb_per_s = 0;  // GPU↔host, each way
   double host_link_latency_us = 10;
@@ -52,10 +52,21 @@ struct ClusterSpec {
   int gpus_per_node = 8;
   double nvlink_gb_per_s = 0;  // between GPUs of one node: a ring collective's bus bandwidth
   double hbm_gb_per_s = 0;     // memory bandwidth: the optimizer step's rate
+  double peak_fp8_tflops = 0;  // dense FP8 per GPU; 0: no FP8 tensor cores (A100)
 };
 
-// The cluster's GPUs are tp · dp · pipeline stages, in Megatron's rank order: tensor-parallel
-// ranks innermost (within a node), then data-parallel, then pipeline.
+// What the transformer layers' weight matmuls run in. FP8 as Megatron runs it with Transformer
+// Engine (--fp8-format hybrid; tensor-wise or block scaling alike): the QKV, attention-output and
+// MLP GEMMs in FP8, forward and backward; attention itself, the norms, the embedding and the LM
+// head stay in BF16.
+enum class Precision { kBf16, kFp8 };
+const char* precision_name(Precision p);  // "bf16", "fp8"
+Result<Precision> parse_precision(const std::string& name);
+
+// The cluster's GPUs are tp · cp · dp · pipeline stages, in Megatron's rank order (tp-cp-dp-pp):
+// tensor-parallel ranks innermost (within a node), then context-, data-parallel, pipeline. Context
+// parallelism (Megatron's --context-parallel-size) splits every sequence over cp GPUs; microbatches
+// count per data-parallel rank, so cp leaves the batch as it is.
 struct PlanSpec {
   int num_microbatches = 0;                            // per data-parallel rank; 0: 4 × pipeline devices
   int microbatch_size = 1;                             // sequences per microbatch
@@ -65,6 +76,9 @@ struct PlanSpec {
   int dp = 1;                                          // data-parallel degree
   bool sequence_parallel = true;                       // with tp > 1 (Korthikanti et al.)
   bool distributed_optimizer = true;                   // with dp > 1: optimizer state sharded over dp (ZeRO-1)
+  int cp = 1;                                          // context-parallel degree: a sequence split over cp GPUs
+  Precision precision = Precision::kBf16;              // the layers' weight matmuls
+  bool tp_comm_overlap = false;  // Megatron's --tp-comm-overlap: tensor-parallel collectives under the GEMMs
 };
 
 const std::vector<ModelSpec>& model_presets();
@@ -89,11 +103,12 @@ Result<ClusterSpec> find_cluster(const std::string& name);
 
 // The per-layer figures behind the problem, for one microbatch (b sequences of length s).
 struct LayerCost {
-  double fwd_flops = 0;           // F
-  double bwd_input_flops = 0;     // B: gradients for the input (and attention)
-  double bwd_weight_flops = 0;    // W: gradients for the weights
-  int64_t act_bytes = 0;          // kept by F for backward
-  int64_t act_after_b_bytes = 0;  // still needed by W once B is done
+  double fwd_flops = 0;                                     // F
+  double bwd_input_flops = 0;                               // B: gradients for the input (and attention)
+  double fwd_attention_flops = 0, bwd_attention_flops = 0;  // the parts of F and B that are attention (BF16)
+  double bwd_weight_flops = 0;                              // W: gradients for the weights
+  int64_t act_bytes = 0;                                    // kept by F for backward
+  int64_t act_after_b_bytes = 0;                            // still needed by W once B is done
   int64_t params = 0;
 };
 LayerCost transformer_layer_cost(const ModelSpec& m, int microbatch_size);

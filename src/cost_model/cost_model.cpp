@@ -69,15 +69,21 @@ const std::vector<ClusterSpec>& gpu_presets() {
   // Nodes of 8 on NVSwitch: a ring collective's bus bandwidth taken as 230 GB/s (A100, NVLink 3)
   // and 360 GB/s (H100/H200, NVLink 4), below the links' 300 / 450 GB/s each way.
   // name, gpus, peak TFLOP/s, utilization, HBM, d2h, h2d, host latency, per link, p2p, p2p latency,
-  // per node, NVLink, HBM GB/s (SXM data sheets)
+  // per node, NVLink, HBM GB/s, fp8 TFLOP/s (SXM data sheets)
   static const std::vector<ClusterSpec> kGpus = {
-      {"a100-40gb", 1, 312, 0.45, 40 * GiB, 25, 25, 10, 1, 25, 10, 8, 230, 1555},
-      {"a100-80gb", 1, 312, 0.45, 80 * GiB, 25, 25, 10, 1, 25, 10, 8, 230, 2039},
-      {"h100", 1, 989, 0.45, 80 * GiB, 50, 50, 10, 1, 50, 10, 8, 360, 3350},
-      {"h200", 1, 989, 0.45, 141'000'000'000, 50, 50, 10, 1, 50, 10, 8, 360, 4800},
-      // B200 (DGX B200 data sheet, per GPU: 2.25 PFLOP/s dense bf16, 180 GB, 8 TB/s; NVLink 5 at
-      // 900 GB/s each way, its ring bus bandwidth taken at 80% as above).
-      {"b200", 1, 2250, 0.45, 180'000'000'000, 50, 50, 10, 1, 50, 10, 8, 720, 8000},
+      {"a100-40gb", 1, 312, 0.45, 40 * GiB, 25, 25, 10, 1, 25, 10, 8, 230, 1555, 0},
+      {"a100-80gb", 1, 312, 0.45, 80 * GiB, 25, 25, 10, 1, 25, 10, 8, 230, 2039, 0},
+      {"h100", 1, 989, 0.45, 80 * GiB, 50, 50, 10, 1, 50, 10, 8, 360, 3350, 1979},
+      {"h200", 1, 989, 0.45, 141'000'000'000, 50, 50, 10, 1, 50, 10, 8, 360, 4800, 1979},
+      // B200 (DGX B200 data sheet, per GPU: 2.25 PFLOP/s dense bf16, 4.5 fp8, 180 GB, 8 TB/s; NVLink
+      // 5 at 900 GB/s each way, its ring bus bandwidth taken at 80% as above).
+      {"b200", 1, 2250, 0.45, 180'000'000'000, 50, 50, 10, 1, 50, 10, 8, 720, 8000, 4500},
+      // GB200 and GB300 in NVL72 racks (NVIDIA's rack data sheets divided by 72: 2.5 PFLOP/s dense
+      // bf16, 5 fp8; 186 / 288 GB at 8 TB/s): one NVLink domain of 72 GPUs is the "node"; between
+      // racks ConnectX-7 at 400 Gb/s (GB200) or ConnectX-8 at 800 Gb/s (GB300); the host link is
+      // a Grace CPU's NVLink-C2C (900 GB/s) shared by its two GPUs, taken at half each way.
+      {"gb200", 1, 2500, 0.45, 186'000'000'000, 225, 225, 5, 2, 50, 10, 72, 720, 8000, 5000},
+      {"gb300", 1, 2500, 0.45, 288'000'000'000, 225, 225, 5, 2, 100, 10, 72, 720, 8000, 5000},
   };
   return kGpus;
 }
@@ -104,6 +110,14 @@ Result<ClusterSpec> find_cluster(const std::string& name) {
       Status::Invalid("cluster \"" + name + "\": unknown GPU \"" + gpu + "\" (known: " + known + ")"));
 }
 
+const char* precision_name(Precision p) { return p == Precision::kFp8 ? "fp8" : "bf16"; }
+
+Result<Precision> parse_precision(const std::string& name) {
+  if (name == "bf16") return Result<Precision>::Of(Precision::kBf16);
+  if (name == "fp8") return Result<Precision>::Of(Precision::kFp8);
+  return Result<Precision>::Error(Status::Invalid("precision \"" + name + "\": expected bf16 or fp8"));
+}
+
 LayerCost transformer_layer_cost(const ModelSpec& m, int microbatch_size) {
   const double b = microbatch_size, s = m.seq_len, h = m.hidden, f = m.ffn, a = m.heads;
   const double q = m.attention_width();                         // width of Q and of the attention's output
@@ -113,11 +127,15 @@ LayerCost transformer_layer_cost(const ModelSpec& m, int microbatch_size) {
   LayerCost c;
   // [N21] weight matmuls: QKV, attention output, MLP; 2 FLOPs per multiply-add.
   const double matmul = 2 * b * s * (h * (q + 2 * kv) + q * h + mlp_mats * h * f);
-  const double attention = 4 * b * s * s * q;  // QKᵀ and AV
+  // QKᵀ and AV: 4bs²q over the whole score matrix; a flash kernel skips the blocks the causal mask
+  // hides, half of them (Megatron's num_floating_point_operations counts the same half).
+  const double attention = (m.flash_attention ? 2 : 4) * b * s * s * q;
+  c.fwd_attention_flops = attention;
   c.fwd_flops = matmul + attention;
   // B: input gradients of every matmul, twice the attention's forward work for the gradients of
   // both its operands, and with flash attention the scores recomputed once more.
-  c.bwd_input_flops = matmul + 2 * attention + (m.flash_attention ? attention : 0);
+  c.bwd_attention_flops = 2 * attention + (m.flash_attention ? attention : 0);
+  c.bwd_input_flops = matmul + c.bwd_attention_flops;
   c.bwd_weight_flops = matmul;  // [Q23] W: one weight-gradient matmul per forward matmul
   // [K22] per token, in values: attention 11h (GPT: QKV input, Q, K, V, output-projection
   // input, dropout mask), MLP 19h (input, 4h GeLU input and output, dropout mask), norms 4h;
@@ -176,7 +194,7 @@ std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, PartitionR
 namespace {
 
 // A layer's (or the head's) share on one of T tensor-parallel GPUs: FLOPs and parameters divided;
-// activations as [K22] has them (replicated_per_token: what stays whole without sequence
+// activations as [K22] has them (replicated_bytes: what stays whole without sequence
 // parallelism), what W keeps in the same proportion.
 LayerCost shard(const LayerCost& c, int T, bool sequence_parallel, double replicated_bytes) {
   if (T == 1) return c;
@@ -184,12 +202,30 @@ LayerCost shard(const LayerCost& c, int T, bool sequence_parallel, double replic
   out.fwd_flops /= T;
   out.bwd_input_flops /= T;
   out.bwd_weight_flops /= T;
+  out.fwd_attention_flops /= T;
+  out.bwd_attention_flops /= T;
   out.params = c.params / T;
   const double kept = sequence_parallel ? static_cast<double>(c.act_bytes) / T
                                         : replicated_bytes + (static_cast<double>(c.act_bytes) - replicated_bytes) / T;
   out.act_bytes = static_cast<int64_t>(kept);
   out.act_after_b_bytes =
       c.act_bytes > 0 ? static_cast<int64_t>(static_cast<double>(c.act_after_b_bytes) * kept / c.act_bytes) : 0;
+  return out;
+}
+
+// One of cp context-parallel GPUs' share: s/cp tokens of every sequence, so 1/cp of the matmuls and
+// of what is kept, and, with Megatron's load-balanced split (2·cp chunks, GPU i holding chunks i and
+// 2cp−1−i), 1/cp of the causal attention too. Parameters are whole on every GPU.
+LayerCost context_share(const LayerCost& c, int cp) {
+  if (cp == 1) return c;
+  LayerCost out = c;
+  out.fwd_flops /= cp;
+  out.bwd_input_flops /= cp;
+  out.bwd_weight_flops /= cp;
+  out.fwd_attention_flops /= cp;
+  out.bwd_attention_flops /= cp;
+  out.act_bytes = c.act_bytes / cp;
+  out.act_after_b_bytes = c.act_after_b_bytes / cp;
   return out;
 }
 
@@ -200,13 +236,14 @@ double ring_us(double bytes, int n, double gb_per_s) {
 }
 
 struct Degrees {
-  int pp = 0, tp = 1, dp = 1;
+  int pp = 0, tp = 1, cp = 1, dp = 1;
   bool sequence_parallel = false, distributed_optimizer = false;
+  int gradient_ranks() const { return dp * cp; }  // Megatron reduces gradients over data- and context-parallel ranks
 };
 
 Result<Degrees> degrees(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan) {
   using R = Result<Degrees>;
-  if (plan.tp < 1 || plan.dp < 1) return R::Error(Status::Invalid("tp and dp must be ≥ 1"));
+  if (plan.tp < 1 || plan.dp < 1 || plan.cp < 1) return R::Error(Status::Invalid("tp, cp and dp must be ≥ 1"));
   if (plan.tp > cluster.gpus_per_node)
     return R::Error(Status::Invalid("tensor parallelism stays within a node: tp " + std::to_string(plan.tp) + " > " +
                                     std::to_string(cluster.gpus_per_node) + " GPUs per node"));
@@ -214,16 +251,36 @@ Result<Degrees> degrees(const ModelSpec& m, const ClusterSpec& cluster, const Pl
     return R::Error(Status::Invalid("tp " + std::to_string(plan.tp) + " must divide the model's " +
                                     std::to_string(m.heads) + " heads and " + std::to_string(m.kv_heads) +
                                     " key/value heads"));
-  if (cluster.num_gpus % (plan.tp * plan.dp) != 0)
+  // Megatron cuts each sequence into 2·cp chunks of equal length (get_batch_on_this_cp_rank).
+  if (plan.cp > 1 && m.seq_len % (2 * plan.cp) != 0)
+    return R::Error(Status::Invalid("cp " + std::to_string(plan.cp) + ": the sequence " + std::to_string(m.seq_len) +
+                                    " must divide into 2 × cp = " + std::to_string(2 * plan.cp) + " equal chunks"));
+  const int64_t tcd = int64_t{plan.tp} * plan.cp * plan.dp;
+  if (cluster.num_gpus % tcd != 0)
     return R::Error(Status::Invalid(std::to_string(cluster.num_gpus) +
-                                    " GPUs are not a multiple of tp × dp = " + std::to_string(plan.tp * plan.dp)));
+                                    " GPUs are not a multiple of tp × cp × dp = " + std::to_string(tcd)));
   Degrees d;
   d.tp = plan.tp;
+  d.cp = plan.cp;
   d.dp = plan.dp;
-  d.pp = cluster.num_gpus / (plan.tp * plan.dp);
+  d.pp = static_cast<int>(cluster.num_gpus / tcd);
   d.sequence_parallel = plan.tp > 1 && plan.sequence_parallel;
-  d.distributed_optimizer = plan.dp > 1 && plan.distributed_optimizer;
+  d.distributed_optimizer = d.gradient_ranks() > 1 && plan.distributed_optimizer;
   return R::Of(d);
+}
+
+// Bus bandwidth among `ranks` GPUs `stride` ranks apart: NVLink while they share a node.
+double group_gb_per_s(const ClusterSpec& cluster, int64_t stride, int64_t ranks) {
+  return stride * ranks > cluster.gpus_per_node ? cluster.p2p_gb_per_s : cluster.nvlink_gb_per_s;
+}
+
+// What ring attention leaves exposed (Megatron's context parallelism, p2p): cp − 1 steps, each
+// passing a K/V block of `step_bytes` to the next GPU while attending the block in hand
+// (`attention_us` / cp of compute a step).
+double context_exposed_us(int cp, double step_bytes, double attention_us, double gb_per_s, double latency_us) {
+  if (cp == 1 || !(gb_per_s > 0)) return 0;
+  const double step_us = latency_us + step_bytes / (gb_per_s * 1e3);
+  return (cp - 1) * std::max(0.0, step_us - attention_us / cp);
 }
 
 }  // namespace
@@ -251,17 +308,48 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
   if (D > m.num_layers)
     return R::Error(Status::Invalid("more pipeline stages (" + std::to_string(D) + ") than layers (" +
                                     std::to_string(m.num_layers) + ")"));
+  const bool fp8 = plan.precision == Precision::kFp8;
+  if (fp8 && !(cluster.peak_fp8_tflops > 0))
+    return R::Error(Status::Invalid("cluster \"" + cluster.name + "\" has no FP8 tensor cores: plan it in bf16"));
+  const int CP = deg.value.cp;
   const double flops_per_us = cluster.peak_tflops * 1e6 * cluster.utilization;
-  const double s = m.seq_len, b = plan.microbatch_size, h = m.hidden, bytes = m.bytes_per_value;
+  const double gemm_flops_per_us = fp8 ? cluster.peak_fp8_tflops * 1e6 * cluster.utilization : flops_per_us;
+  // Per GPU: s/cp tokens of each of the microbatch's b sequences.
+  const double s = static_cast<double>(m.seq_len) / CP, b = plan.microbatch_size, h = m.hidden,
+               bytes = m.bytes_per_value;
+  LayerCost whole_layer = context_share(transformer_layer_cost(m, plan.microbatch_size), CP);
+  if (fp8) {
+    // Transformer Engine keeps the GEMM inputs W needs in FP8, one byte each: the QKV and first
+    // MLP inputs (the norms' outputs, h each) and the second MLP input (f); attention keeps its
+    // own (Q, K, V and its output, for the flash backward) in BF16.
+    const double saved = b * s * (2 * h + m.ffn) * (bytes - 1);
+    whole_layer.act_bytes -= static_cast<int64_t>(saved);
+    whole_layer.act_after_b_bytes -= static_cast<int64_t>(saved);
+  }
   // [K22] kept whole without sequence parallelism: norm and first-matmul inputs, GPT's dropout masks.
   const double replicated = b * s * (4 * h * bytes + (m.mlp == Mlp::kGelu ? 2 * h : 0));
-  const LayerCost layer = shard(transformer_layer_cost(m, plan.microbatch_size), T, sp, replicated);
-  const LayerCost head = shard(head_cost(m, plan.microbatch_size), T, sp, sp ? 0 : b * s * h * bytes);
+  const LayerCost layer = shard(whole_layer, T, sp, replicated);
+  const LayerCost head =
+      shard(context_share(head_cost(m, plan.microbatch_size), CP), T, sp, sp ? 0 : b * s * h * bytes);
+  const double f_gemm_us = (layer.fwd_flops - layer.fwd_attention_flops) / gemm_flops_per_us;
+  const double b_gemm_us = (layer.bwd_input_flops - layer.bwd_attention_flops) / gemm_flops_per_us;
+  const double f_attention_us = layer.fwd_attention_flops / flops_per_us;
+  const double b_attention_us = layer.bwd_attention_flops / flops_per_us;
   // [S19] two all-reduces of the b·s·h activation per layer in F (and again in B, and in a
-  // recompute), on the node's NVLink.
+  // recompute), on the node's NVLink. Overlapped (Megatron's --tp-comm-overlap, which splits
+  // each GEMM to run beside its all-gather or reduce-scatter), only what outlasts the GEMMs shows.
   const double tp_us = 2 * 2 * ring_us(b * s * h * bytes, T, cluster.nvlink_gb_per_s);
-  // The pipeline spans every node, its neighbours tp · dp ranks apart: on more than one node some
-  // hop crosses, and the one hop time the problem holds is the slowest.
+  const double tp_f_us = plan.tp_comm_overlap ? std::max(0.0, tp_us - f_gemm_us) : tp_us;
+  const double tp_b_us = plan.tp_comm_overlap ? std::max(0.0, tp_us - b_gemm_us) : tp_us;
+  // Ring attention's K/V blocks (this GPU's kv heads, 1/T of them): one each step in F; in B
+  // the blocks and their gradients, twice the bytes. CP peers are tp ranks apart.
+  const double kv_width = static_cast<double>(m.kv_heads) * m.attention_width() / m.heads;
+  const double step_bytes = b * s * 2 * kv_width / T * bytes;
+  const double cp_gb_per_s = group_gb_per_s(cluster, T, CP);
+  const double cp_f_us = context_exposed_us(CP, step_bytes, f_attention_us, cp_gb_per_s, cluster.p2p_latency_us);
+  const double cp_b_us = context_exposed_us(CP, 2 * step_bytes, b_attention_us, cp_gb_per_s, cluster.p2p_latency_us);
+  // The pipeline spans every node, its neighbours tp · cp · dp ranks apart: on more than one node
+  // some hop crosses, and the one hop time the problem holds is the slowest.
   const bool hop_crosses_nodes = D > 1 && cluster.num_gpus > cluster.gpus_per_node;
 
   Problem p;
@@ -273,7 +361,7 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
   const double hop_gb_per_s = hop_crosses_nodes ? cluster.p2p_gb_per_s : cluster.nvlink_gb_per_s;
   p.t_comm_us = cluster.p2p_latency_us + (hop_gb_per_s > 0 ? hop_bytes / (hop_gb_per_s * 1e3) : 0);
   p.host_link = {cluster.d2h_gb_per_s, cluster.h2d_gb_per_s, cluster.host_link_latency_us};
-  const double optimizer_shards = deg.value.distributed_optimizer ? deg.value.dp : 1;
+  const double optimizer_shards = deg.value.distributed_optimizer ? deg.value.gradient_ranks() : 1;
   // Item by item — the embedding, the layers, the LM head with its loss — so that any placement's
   // and partition's cut follows them (rechunk, with_partition); the linear stages are cut here.
   auto static_bytes = [&](double params) {
@@ -284,14 +372,15 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
       {.kind = LayerKind::kEmbedding, .static_bytes = static_bytes(static_cast<double>(m.vocab) * h / T)});
   for (int k = 0; k < m.num_layers; k++) {
     LayerSpec l;
-    l.t_f_us = layer.fwd_flops / flops_per_us + tp_us;
-    l.t_b_us = layer.bwd_input_flops / flops_per_us + tp_us;
-    l.t_w_us = layer.bwd_weight_flops / flops_per_us;
+    l.t_f_us = f_gemm_us + f_attention_us + tp_f_us + cp_f_us;
+    l.t_b_us = b_gemm_us + b_attention_us + tp_b_us + cp_b_us;
+    l.t_w_us = layer.bwd_weight_flops / gemm_flops_per_us;
     l.t_r_us = l.t_f_us;
     l.act_f_bytes = layer.act_bytes;
     l.act_w_bytes = -layer.act_after_b_bytes;
     l.act_input_bytes = std::min<int64_t>(l.act_f_bytes, static_cast<int64_t>(hop_bytes));
-    l.static_bytes = static_bytes(static_cast<double>(layer.params));
+    // FP8 keeps each GEMM weight's FP8 copy and its transpose from one microbatch to the next.
+    l.static_bytes = static_bytes(static_cast<double>(layer.params)) + (fp8 ? 2 * layer.params : 0);
     p.layers.push_back(l);
   }
   LayerSpec l{.kind = LayerKind::kHead};
@@ -318,14 +407,13 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
 
 double dp_exposed_us(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan) {
   Result<Degrees> deg = degrees(m, cluster, plan);
-  if (!deg.ok() || deg.value.dp == 1) return 0;
-  const int T = deg.value.tp, DP = deg.value.dp;
+  if (!deg.ok() || deg.value.gradient_ranks() == 1) return 0;
+  const int T = deg.value.tp, ranks = deg.value.gradient_ranks();
   const double stage_params = static_cast<double>(transformer_layer_cost(m, 1).params) / T *
                               std::max(1, m.num_layers / std::max(1, deg.value.pp));
   const double bucket_bytes = 2 * std::min(40e6, stage_params);  // bf16 gradients and parameters
-  // Data-parallel peers are tp ranks apart: within a node while tp · dp fits in one.
-  const double gb_per_s = T * DP > cluster.gpus_per_node ? cluster.p2p_gb_per_s : cluster.nvlink_gb_per_s;
-  return 2 * ring_us(bucket_bytes, DP, gb_per_s);  // one reduce-scatter, one all-gather
+  // The gradients' peers (data- and context-parallel) are tp ranks apart.
+  return 2 * ring_us(bucket_bytes, ranks, group_gb_per_s(cluster, T, ranks));  // one reduce-scatter, one all-gather
 }
 
 double optimizer_step_us(const ModelSpec& m, const ClusterSpec& cluster, const PlanSpec& plan) {
@@ -335,7 +423,7 @@ double optimizer_step_us(const ModelSpec& m, const ClusterSpec& cluster, const P
   const double layers = std::ceil(static_cast<double>(m.num_layers) / pp);
   const double params =
       (layers * static_cast<double>(transformer_layer_cost(m, 1).params) + static_cast<double>(m.vocab) * m.hidden) /
-      deg.value.tp / (deg.value.distributed_optimizer ? deg.value.dp : 1);
+      deg.value.tp / (deg.value.distributed_optimizer ? deg.value.gradient_ranks() : 1);
   return 30 * params / (cluster.hbm_gb_per_s * 1e3);  // GB/s = 1e3 bytes/µs
 }
 

@@ -104,7 +104,7 @@ nlohmann::json plan_rows_json(const PlanReport& r, Objective objective) {
   auto row = [&](const std::string& name, const Problem& fp, const Timeline& t, bool fits, double bound,
                  nlohmann::json j) {
     const double value = objective_us(t, objective);
-    const double gap = value > 0 ? (value - bound) / value : 0;
+    const double gap = value > 0 ? std::max(0.0, (value - bound) / value) : 0;  // 0 where they meet, not -1e-16
     OPTPIPE_CHECK(gap > -1e-9, name + ": its lower bound " + std::to_string(bound) + " µs is above its " +
                                    objective_name(objective));
     j.update({{"schedule", name},
