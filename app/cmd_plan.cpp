@@ -33,8 +33,9 @@ struct PlanArgs {
   int seq_len = 0;                  // 0: the model's
   int gpus_per_host_link = 0;       // 0: the cluster preset's
   bool no_flash_attention = false;  // keep the attention scores (no selective recompute)
-  int tp = 1, dp = 1;
-  bool no_sequence_parallel = false, no_distributed_optimizer = false;
+  int tp = 1, dp = 1, cp = 1;
+  bool no_sequence_parallel = false, no_distributed_optimizer = false, tp_comm_overlap = false;
+  std::string precision = "bf16";
   int64_t global_batch = 0;  // sequences; 0: microbatches × microbatch size × dp
   bool search = false;       // rank the cluster's layouts instead
   OptimizerArgs optimizer;
@@ -66,8 +67,13 @@ Result<PlanInputs> plan_inputs(const PlanArgs& a) {
 
   plan.tp = a.tp;
   plan.dp = a.dp;
+  plan.cp = a.cp;
   plan.sequence_parallel = !a.no_sequence_parallel;
   plan.distributed_optimizer = !a.no_distributed_optimizer;
+  plan.tp_comm_overlap = a.tp_comm_overlap;
+  Result<Precision> precision = parse_precision(a.precision);
+  if (!precision.ok()) return R::Error(Status::Invalid("--precision: " + precision.status.message));
+  plan.precision = precision.value;
   if (a.global_batch > 0 && !a.search) {
     if (a.microbatches > 0) return R::Error(Status::Invalid("give --global-batch or --microbatches, not both"));
     const int64_t per_rank = int64_t{a.dp} * a.microbatch_size;
@@ -188,6 +194,7 @@ std::string layout_cell(const LayoutRow& r) {
 nlohmann::json layout_json(const LayoutRow& r) {
   nlohmann::json j = {{"pp", r.pp},
                       {"tp", r.tp},
+                      {"cp", r.cp},
                       {"dp", r.dp},
                       {"microbatch_size", r.microbatch_size},
                       {"num_microbatches", r.num_microbatches},
@@ -224,7 +231,10 @@ int run_layout_search(const PlanArgs& a, CLI::App* c) {
                                                   "--quiet",
                                                   "--json",
                                                   "--gpus-per-host-link",
-                                                  "--no-flash-attention"};
+                                                  "--no-flash-attention",
+                                                  "--cp",
+                                                  "--precision",
+                                                  "--tp-comm-overlap"};
   for (const CLI::Option* opt : c->get_options())
     if (opt->count() > 0 && std::find(kTaken.begin(), kTaken.end(), opt->get_name()) == kTaken.end()) {
       std::string taken;
@@ -238,7 +248,10 @@ int run_layout_search(const PlanArgs& a, CLI::App* c) {
   LayoutSearchOptions o{.global_batch = a.global_batch,
                         .mem_budget_bytes = in.value.plan.mem_budget_bytes,
                         .time_limit_s = c->get_option("--time-limit")->count() > 0 ? options.time_limit_s : 60,
-                        .seed = options.seed};
+                        .seed = options.seed,
+                        .precision = in.value.plan.precision,
+                        .tp_comm_overlap = a.tp_comm_overlap};
+  if (c->get_option("--cp")->count() > 0) o.max_cp = a.cp;
   if (!a.optimizer.quiet)
     o.progress = [](const LayoutRow& r, int done, int screened) {
       std::fprintf(stderr, "[%d/%d] %-18s %s\n", done, screened, layout_cell(r).c_str(),
@@ -339,7 +352,8 @@ Command add_plan_command(CLI::App& app) {
                 "model preset (llama3-8b, llama3-70b, llama3.1-405b, llama2-7b, llama2-13b, llama2-70b, gpt-7b, "
                 "gpt-14b, gpt-tiny) or a Hugging Face config.json path");
   c->add_option("--seq-len", a->seq_len, "tokens a sequence (default: the model's)")->check(CLI::Range(1, 1 << 22));
-  c->add_option("--cluster", a->cluster, "<count>x<gpu>: gpu one of a100-40gb, a100-80gb, h100, h200, b200");
+  c->add_option("--cluster", a->cluster,
+                "<count>x<gpu>: gpu one of a100-40gb, a100-80gb, h100, h200, b200, gb200, gb300");
   c->add_option("--budget", a->budget, "memory per GPU, e.g. 60GiB (default: 90% of its HBM)");
   c->add_option("--microbatches", a->microbatches, "per iteration (default: 4 × GPUs)")->check(CLI::Range(1, 100000));
   c->add_option("--microbatch-size", a->microbatch_size, "sequences per microbatch")->check(CLI::Range(1, 4096));
@@ -355,7 +369,14 @@ Command add_plan_command(CLI::App& app) {
                 "also write the problem built from the model (for simulate, optimize, ...)");
   add_json_flag(c, &a->as_json);
   c->add_option("--tp", a->tp, "tensor-parallel degree, within a node")->check(CLI::Range(1, 64));
-  c->add_option("--dp", a->dp, "data-parallel degree (pipeline stages: GPUs / (tp × dp))")->check(CLI::Range(1, 4096));
+  c->add_option("--dp", a->dp, "data-parallel degree (pipeline stages: GPUs / (tp × cp × dp))")
+      ->check(CLI::Range(1, 4096));
+  c->add_option("--cp", a->cp,
+                "context-parallel degree: each sequence split over this many GPUs (with --search: the most tried)")
+      ->check(CLI::Range(1, 64));
+  c->add_option("--precision", a->precision, "bf16, or fp8 for the layers' GEMMs (Transformer Engine)");
+  c->add_flag("--tp-comm-overlap", a->tp_comm_overlap,
+              "tensor-parallel collectives overlapped with the GEMMs (Megatron's --tp-comm-overlap)");
   c->add_flag("--no-sequence-parallel", a->no_sequence_parallel, "with --tp: activations not sharded");
   c->add_flag("--no-distributed-optimizer", a->no_distributed_optimizer,
               "with --dp: optimizer state not sharded over data-parallel ranks");

@@ -200,13 +200,17 @@ void add_plan_functions(py::module_& m) {
       "plan",
       [](const std::string& model, const std::string& cluster, const py::object& budget, int microbatches,
          int microbatch_size, int tp, int dp, double time_limit_s, uint64_t seed, int64_t max_evaluations,
-         const std::vector<std::string>& placements, const std::vector<int>& chunks) {
+         const std::vector<std::string>& placements, const std::vector<int>& chunks, int cp,
+         const std::string& precision, bool tp_comm_overlap) {
         ModelSpec spec = value_or_raise(find_model(model));
         PlanSpec plan_spec{.num_microbatches = microbatches,
                            .microbatch_size = microbatch_size,
                            .mem_budget_bytes = budget_arg(budget),
                            .tp = tp,
-                           .dp = dp};
+                           .dp = dp,
+                           .cp = cp,
+                           .precision = value_or_raise(parse_precision(precision)),
+                           .tp_comm_overlap = tp_comm_overlap};
         OptimizeOptions o{.time_limit_s = time_limit_s, .max_evaluations = max_evaluations, .seed = seed};
         o.rules.placements = placements_arg(placements);
         o.rules.chunk_counts = chunks;
@@ -231,7 +235,8 @@ void add_plan_functions(py::module_& m) {
       py::arg("model") = "llama2-13b", py::arg("cluster") = "8xa100-40gb", py::arg("budget") = py::none(),
       py::arg("microbatches") = 0, py::arg("microbatch_size") = 1, py::arg("tp") = 1, py::arg("dp") = 1,
       py::arg("time_limit_s") = 10.0, py::arg("seed") = 0, py::arg("max_evaluations") = 0,
-      py::arg("placements") = std::vector<std::string>{}, py::arg("chunks") = std::vector<int>{},
+      py::arg("placements") = std::vector<std::string>{}, py::arg("chunks") = std::vector<int>{}, py::arg("cp") = 1,
+      py::arg("precision") = "bf16", py::arg("tp_comm_overlap") = false,
       "The main job, as `optpipe plan --json` reports it (every family at every chunk count, then the optimizer), "
       "with plan_file: the plan file of the answer (schedule, problem, planned_for), or None when nothing fits.");
 

@@ -60,12 +60,16 @@ def megatron_parser():
     for name in ("--pipeline-model-parallel-size", "--num-layers", "--tensor-model-parallel-size",
                  "--micro-batch-size", "--global-batch-size", "--hidden-size", "--ffn-hidden-size",
                  "--num-attention-heads", "--num-query-groups", "--seq-length", "--max-position-embeddings",
-                 "--microbatch-group-size-per-vp-stage", "--recompute-num-layers", "--kv-channels"):
+                 "--microbatch-group-size-per-vp-stage", "--recompute-num-layers", "--kv-channels",
+                 "--context-parallel-size"):
         p.add_argument(name, type=int)
     p.add_argument("--pipeline-model-parallel-layout", type=str)
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
     p.add_argument("--recompute-method", choices=["uniform", "block"])
-    for name in ("--sequence-parallel", "--use-distributed-optimizer", "--group-query-attention", "--swiglu", "--bf16"):
+    p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])  # TransformerConfig.fp8's argparse name
+    p.add_argument("--fp8-recipe", choices=["tensorwise", "delayed", "mxfp8", "blockwise", "custom"])
+    for name in ("--sequence-parallel", "--use-distributed-optimizer", "--group-query-attention", "--swiglu", "--bf16",
+                 "--tp-comm-overlap", "--fp8-param-gather"):
         p.add_argument(name, action="store_true")
     return p
 
@@ -119,6 +123,15 @@ def check_megatron(text, plan):
         assert (args.hidden_size, args.ffn_hidden_size, num_layers) == (model["hidden"], model["ffn"], model["num_layers"])
         assert args.swiglu == (model["mlp"] == "swiglu")
         assert (args.kv_channels or 0) == model.get("head_dim", 0)
+        cp = args.context_parallel_size or 1
+        assert cp == planned.get("cp", 1)
+        if cp > 1:  # validate_args
+            assert args.seq_length % (cp * 2) == 0, "seq-length should be a multiple of 2 * context-parallel-size"
+        if args.tp_comm_overlap:
+            assert args.sequence_parallel, "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled"
+        assert (args.fp8_format is not None) == (planned.get("precision", "bf16") == "fp8")
+        if args.fp8_param_gather:
+            assert args.use_distributed_optimizer, "--fp8-param-gather only supported with distributed optimizer"
     print(f"ok: Megatron flags: {len(stages)} stages on {pp} ranks (vp {vp}), {num_layers} layers, items {want}")
 
 
@@ -147,6 +160,7 @@ def check_titan_fields(parallelism, training, plan, head):
         n_microbatches = training.local_batch_size // parallelism.pipeline_parallel_microbatch_size
         assert n_microbatches == problem["num_microbatches"], (n_microbatches, problem["num_microbatches"])
         assert parallelism.tensor_parallel_degree == planned["tp"]
+        assert parallelism.context_parallel_degree == planned.get("cp", 1)
         dp = parallelism.data_parallel_shard_degree * parallelism.data_parallel_replicate_degree
         assert dp == planned["dp"] and training.global_batch_size == training.local_batch_size * dp
         assert training.seq_len == planned["model"]["seq_len"]

@@ -155,9 +155,10 @@ o = json.load(open(sys.argv[1]))
 assert o["layouts"] >= 20 and o["evaluated"] >= 1, (o["layouts"], o["evaluated"])
 fit = [r for r in o["rows"] if r["status"] == "ok" and r["evaluated"] and "iteration_us" in r]
 assert fit and all(r["fits_any_timing"] for r in fit), fit[:2]
+assert any(r["cp"] > 1 for r in o["rows"]), "context-parallel layouts are searched"
 assert [r["iteration_us"] for r in fit] == sorted(r["iteration_us"] for r in fit)
 for r in o["rows"]:
-    assert r["pp"] * r["tp"] * r["dp"] == 16 and r["num_microbatches"] * r["microbatch_size"] * r["dp"] == 64, r
+    assert r["pp"] * r["tp"] * r["cp"] * r["dp"] == 16 and r["num_microbatches"] * r["microbatch_size"] * r["dp"] == 64, r
 d = o["megatron_default"]
 assert d["tp"] == 8 and d["schedule"].startswith("1f1b"), d
 assert o["speedup_vs_megatron_default"] >= 1 - 1e-9, o["speedup_vs_megatron_default"]

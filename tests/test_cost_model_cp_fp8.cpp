@@ -90,8 +90,12 @@ TEST(Precision, Fp8RunsTheLayersGemmsAtTheFp8Peak) {
   const int64_t saved = 8192ll * (2 * 4096 + 14336);
   EXPECT_EQ(middle(fp8).act_f_bytes, middle(bf16).act_f_bytes - saved);
   EXPECT_EQ(middle(fp8).act_w_bytes, middle(bf16).act_w_bytes + saved);
-  // Each GEMM weight's FP8 copy and transpose: 2 bytes a parameter more.
+  // Each GEMM weight's FP8 copy and transpose: 2 bytes a parameter more beside the BF16 weight;
+  // none with the distributed optimizer, which holds the weights in FP8 alone (--fp8-param-gather).
   EXPECT_EQ(middle(fp8).static_bytes, middle(bf16).static_bytes + 2 * c.params);
+  const Problem bf16_dp2 = build("8xh100", {.num_microbatches = 8, .dp = 2});
+  const Problem fp8_dp2 = build("8xh100", {.num_microbatches = 8, .dp = 2, .precision = Precision::kFp8});
+  EXPECT_EQ(middle(fp8_dp2).static_bytes, middle(bf16_dp2).static_bytes);
   // The LM head is BF16 in either.
   EXPECT_EQ(fp8.layers.back().t_f_us, bf16.layers.back().t_f_us);
   // A100 has no FP8 tensor cores.

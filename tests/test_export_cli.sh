@@ -121,6 +121,12 @@ fi
 "$bin" optimize -p "$tmp/p.json" --layers-per-stage 7,9,9,7 --max-evaluations 500 -q -o "$tmp/pinned.json" > /dev/null
 /usr/bin/python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["items_per_stage"] == [8,9,9,8]' "$tmp/pinned.json" \
   || { echo "FAIL: --layers-per-stage 7,9,9,7 is not the answer's partition"; failures=$((failures + 1)); }
+# Context parallelism, FP8 and the TP overlap, carried to both frameworks.
+"$bin" plan --model llama3-8b --cluster 16xh100 --tp 2 --cp 2 --dp 2 --precision fp8 --tp-comm-overlap --microbatches 8 \
+  -q --max-evaluations 300 --placement interleaved -o "$tmp/cpfp8.json" > /dev/null
+grep -q -- "--context-parallel-size 2 --tp-comm-overlap.*--fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather" \
+  <("$bin" export -s "$tmp/cpfp8.json" --format megatron) \
+  || { echo "FAIL: Megatron flags for cp 2, FP8 and the TP overlap"; failures=$((failures + 1)); }
 grep -q -- "--microbatch-group-size-per-vp-stage 3" <("$bin" export -s "$tmp/tpdp.json" --format megatron) \
   || { echo "FAIL: 5 microbatches on 2 ranks need Megatron's group size 3"; failures=$((failures + 1)); }
 # Every model preset, interleaved at the chunk count its plan picks, on a cluster it fits.
@@ -137,12 +143,12 @@ for mc in llama2-7b:4xh100 llama2-13b:8xa100-40gb llama2-70b:16xh100 gpt-7b:4xh1
 done
 grep -q -- "--kv-channels 256" <("$bin" export -s "$tmp/preset-gemma-7b.json" --format megatron) \
   || { echo "FAIL: Gemma's head_dim 256 is not Megatron's --kv-channels"; failures=$((failures + 1)); }
-for s in inter tpdp pinned "${presets[@]}"; do
+for s in inter tpdp cpfp8 pinned "${presets[@]}"; do
   "$bin" export -s "$tmp/$s.json" --format megatron -o "$tmp/$s.megatron" \
     && /usr/bin/python3 "$here/check_framework_exports.py" megatron "$tmp/$s.megatron" "$tmp/$s.json" "${frameworks[@]}" \
     || { echo "FAIL: Megatron export of $s"; failures=$((failures + 1)); }
 done
-for s in inter tpdp v pinned "${presets[@]}"; do
+for s in inter tpdp cpfp8 v pinned "${presets[@]}"; do
   "$bin" export -s "$tmp/$s.json" --format torchtitan -o "$tmp/$s.toml" \
     && /usr/bin/python3 "$here/check_framework_exports.py" torchtitan "$tmp/$s.toml" "$tmp/$s.json" \
     && "$bin" export -s "$tmp/$s.json" --format torchtitan-py -o "$tmp/$s.py" \

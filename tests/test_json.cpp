@@ -64,13 +64,16 @@ TEST(Json, PlanFileVersions) {
   ASSERT_TRUE(fs.ok()) << fs.status.message;
   const ModelSpec model = find_model("llama2-7b").value;
   PlannedFor pf{.model = model,
-                .cluster = "4xh100",
-                .tp = 2,
-                .dp = 2,
-                .microbatch_size = 2,
-                .num_microbatches = 8,
-                .global_batch = 32,
-                .mem_budget_bytes = int64_t{60} << 30};
+                .cluster = "8xh100",
+                .spec = {.num_microbatches = 8,
+                         .microbatch_size = 2,
+                         .mem_budget_bytes = int64_t{60} << 30,
+                         .tp = 2,
+                         .dp = 2,
+                         .cp = 2,
+                         .precision = Precision::kFp8,
+                         .tp_comm_overlap = true},
+                .global_batch = 32};
   PlanFile f{.schedule = fs.value.schedule,
              .problem = fs.value.problem,
              .planned_for = pf,
@@ -85,7 +88,10 @@ TEST(Json, PlanFileVersions) {
   EXPECT_EQ(problem_to_json(*back.value.problem), problem_to_json(fs.value.problem));
   EXPECT_EQ(back.value.planned_for->model.hidden, model.hidden);
   EXPECT_EQ(back.value.planned_for->model.mlp, model.mlp);
-  EXPECT_EQ(back.value.planned_for->tp, 2);
+  EXPECT_EQ(back.value.planned_for->spec.tp, 2);
+  EXPECT_EQ(back.value.planned_for->spec.cp, 2);
+  EXPECT_EQ(back.value.planned_for->spec.precision, Precision::kFp8);
+  EXPECT_TRUE(back.value.planned_for->spec.tp_comm_overlap);
   EXPECT_EQ(plan_file_to_json(back.value), v2);
 
   // Version 1: no problem, nothing planned for.

@@ -164,6 +164,20 @@ class PythonModule(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "budget"):
             optpipe.plan("gpt-7b", "4xh100", budget="lots")
 
+    def test_plan_with_context_parallelism_and_fp8(self):
+        r = optpipe.plan("llama3-8b", "16xh100", microbatches=8, tp=2, cp=2, precision="fp8", tp_comm_overlap=True,
+                         max_evaluations=200, placements=["linear"])
+        planned = r["plan_file"]["planned_for"]
+        self.assertEqual((planned["cp"], planned["precision"], planned["tp_comm_overlap"]), (2, "fp8", True))
+        self.assertEqual(r["plan_file"]["problem"]["num_devices"], 4)  # 16 GPUs / (tp 2 × cp 2)
+        flags = optpipe.export(r["plan_file"], "megatron")
+        for flag in ("--context-parallel-size 2", "--fp8-format hybrid", "--tp-comm-overlap"):
+            self.assertIn(flag, flags)
+        with self.assertRaisesRegex(ValueError, "expected bf16 or fp8"):
+            optpipe.plan("llama3-8b", "8xh100", precision="fp4")
+        with self.assertRaisesRegex(ValueError, "no FP8 tensor cores"):
+            optpipe.plan("llama3-8b", "8xa100-80gb", precision="fp8")
+
     def test_bad_input_raises_with_the_field(self):
         problem = optpipe.default_problem()
         problem["stages"][2]["t_b_us"] = -1

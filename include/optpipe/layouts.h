@@ -21,7 +21,7 @@
 namespace optpipe {
 
 struct LayoutRow {
-  int pp = 0, tp = 0, dp = 0, microbatch_size = 0, num_microbatches = 0;
+  int pp = 0, tp = 0, cp = 1, dp = 0, microbatch_size = 0, num_microbatches = 0;
   Status status;            // not ok: refused before any search (the reason: static memory, ...)
   double bound_us = 0;      // lower bound on the iteration time (the screen)
   bool evaluated = false;   // scheduled: the optimizer ran (or, for the default, its families)
@@ -32,7 +32,7 @@ struct LayoutRow {
   double tokens_per_s = 0, tflops_per_gpu = 0, mfu = 0;  // model FLOPs (no recompute)
   int64_t peak_bytes = 0;
   bool fits = false, fits_any_timing = false;
-  std::string label() const;  // "pp8 tp8 dp1, 1 × 128"
+  std::string label() const;  // "pp8 tp8 dp1", "pp8 tp4 cp2 dp2"
 };
 
 struct LayoutSearchOptions {
@@ -41,6 +41,9 @@ struct LayoutSearchOptions {
   double time_limit_s = 60;
   int max_microbatch_size = 8;  // microbatch sizes tried: 1, 2, 4, ... up to this
   uint64_t seed = 0;
+  Precision precision = Precision::kBf16;
+  bool tp_comm_overlap = false;
+  int max_cp = 8;  // context-parallel degrees tried: 1, 2, 4, ... up to this, where the sequence divides
   // Called after each layout is evaluated: the row, how many are done, how many pass the screen.
   std::function<void(const LayoutRow&, int, int)> progress;
 };

@@ -24,14 +24,10 @@ constexpr int kPlanFileVersion = 2;  // what plan_file_to_json writes; 1 and 2 a
 
 // What `optpipe plan` was asked: the settings the frameworks' exports carry beside the layout.
 struct PlannedFor {
-  ModelSpec model;      // the transformer (its name as given: a preset or a path)
-  std::string cluster;  // as given, e.g. "8xa100-40gb"
-  int tp = 1, dp = 1;   // tensor- and data-parallel degrees; the pipeline's is the problem's devices
-  bool sequence_parallel = true, distributed_optimizer = true;
-  int microbatch_size = 1;   // sequences a microbatch
-  int num_microbatches = 0;  // per data-parallel rank and iteration
+  ModelSpec model;           // the transformer (its name as given: a preset or a path)
+  std::string cluster;       // as given, e.g. "8xa100-40gb"
+  PlanSpec spec;             // the layout as built: num_microbatches and mem_budget_bytes never 0
   int64_t global_batch = 0;  // sequences an iteration: microbatches × microbatch size × dp
-  int64_t mem_budget_bytes = 0;
 };
 
 struct PlanFile {

@@ -362,6 +362,7 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
   p.t_comm_us = cluster.p2p_latency_us + (hop_gb_per_s > 0 ? hop_bytes / (hop_gb_per_s * 1e3) : 0);
   p.host_link = {cluster.d2h_gb_per_s, cluster.h2d_gb_per_s, cluster.host_link_latency_us};
   const double optimizer_shards = deg.value.distributed_optimizer ? deg.value.gradient_ranks() : 1;
+  const bool fp8_params = fp8 && deg.value.distributed_optimizer;
   // Item by item — the embedding, the layers, the LM head with its loss — so that any placement's
   // and partition's cut follows them (rechunk, with_partition); the linear stages are cut here.
   auto static_bytes = [&](double params) {
@@ -379,8 +380,10 @@ Result<Problem> build_problem(const ModelSpec& m, const ClusterSpec& cluster, co
     l.act_f_bytes = layer.act_bytes;
     l.act_w_bytes = -layer.act_after_b_bytes;
     l.act_input_bytes = std::min<int64_t>(l.act_f_bytes, static_cast<int64_t>(hop_bytes));
-    // FP8 keeps each GEMM weight's FP8 copy and its transpose from one microbatch to the next.
-    l.static_bytes = static_bytes(static_cast<double>(layer.params)) + (fp8 ? 2 * layer.params : 0);
+    // FP8 GEMMs read an FP8 weight and its transpose. With the distributed optimizer Megatron
+    // keeps the weights in FP8 alone (--fp8-param-gather; the master copy is the optimizer's fp32):
+    // the two bytes replace BF16's two. Without it both stay beside the BF16 weight.
+    l.static_bytes = static_bytes(static_cast<double>(layer.params)) + (fp8 && !fp8_params ? 2 * layer.params : 0);
     p.layers.push_back(l);
   }
   LayerSpec l{.kind = LayerKind::kHead};

@@ -123,10 +123,12 @@ Result<std::string> megatron_flags(const Problem& p, const Schedule& s, const Pl
   if (planned_for) {
     const PlannedFor& pf = *planned_for;
     const ModelSpec& m = pf.model;
-    flags += " --tensor-model-parallel-size " + std::to_string(pf.tp);
-    if (pf.tp > 1 && pf.sequence_parallel) flags += " --sequence-parallel";
-    if (pf.dp > 1 && pf.distributed_optimizer) flags += " --use-distributed-optimizer";
-    flags += " --micro-batch-size " + std::to_string(pf.microbatch_size) + " --global-batch-size " +
+    flags += " --tensor-model-parallel-size " + std::to_string(pf.spec.tp);
+    if (pf.spec.tp > 1 && pf.spec.sequence_parallel) flags += " --sequence-parallel";
+    if (pf.spec.cp > 1) flags += " --context-parallel-size " + std::to_string(pf.spec.cp);
+    if (pf.spec.tp_comm_overlap && pf.spec.tp > 1 && pf.spec.sequence_parallel) flags += " --tp-comm-overlap";
+    if (pf.spec.dp > 1 && pf.spec.distributed_optimizer) flags += " --use-distributed-optimizer";
+    flags += " --micro-batch-size " + std::to_string(pf.spec.microbatch_size) + " --global-batch-size " +
              std::to_string(pf.global_batch);
     flags += " --hidden-size " + std::to_string(m.hidden) + " --ffn-hidden-size " + std::to_string(m.ffn) +
              " --num-attention-heads " + std::to_string(m.heads);
@@ -135,13 +137,21 @@ Result<std::string> megatron_flags(const Problem& p, const Schedule& s, const Pl
     flags += " --seq-length " + std::to_string(m.seq_len) + " --max-position-embeddings " + std::to_string(m.seq_len);
     if (m.mlp == Mlp::kSwiGlu) flags += " --swiglu";
     if (m.bytes_per_value == 2) flags += " --bf16";
+    // FP8 as planned: Transformer Engine's GEMMs, current (tensor-wise) scaling; the weights held
+    // in FP8 alone where the distributed optimizer keeps the master copy.
+    if (pf.spec.precision == Precision::kFp8) {
+      flags += " --fp8-format hybrid --fp8-recipe tensorwise";
+      if (pf.spec.dp * pf.spec.cp > 1 && pf.spec.distributed_optimizer) flags += " --fp8-param-gather";
+    }
   }
   std::string out = "# optpipe plan for Megatron-LM: layout, partition";
   out += planned_for ? ", parallel sizes, batch and the model's shape" : "";
   out += ". Not carried: " + not_carried + ".\n";
   if (planned_for)
-    out += "# Launch on tp × pp × dp = " + std::to_string(planned_for->tp) + " × " + std::to_string(D) + " × " +
-           std::to_string(planned_for->dp) + " = " + std::to_string(planned_for->tp * D * planned_for->dp) +
+    out += "# Launch on tp × cp × pp × dp = " + std::to_string(planned_for->spec.tp) + " × " +
+           std::to_string(planned_for->spec.cp) + " × " + std::to_string(D) + " × " +
+           std::to_string(planned_for->spec.dp) + " = " +
+           std::to_string(planned_for->spec.tp * planned_for->spec.cp * D * planned_for->spec.dp) +
            " GPUs (Megatron derives the data-parallel size from the world size); the architecture flags optpipe does "
            "not model (normalization, position embedding, biases, tokenizer) are the model's own.\n";
   else
@@ -216,20 +226,24 @@ std::vector<TitanSetting> torchtitan_settings(const Problem& p, const std::strin
   if (planned_for) {
     // torchtitan runs local_batch_size // pipeline_parallel_microbatch_size microbatches.
     const PlannedFor& pf = *planned_for;
-    out.push_back({true, "local_batch_size", std::to_string(int64_t{pf.num_microbatches} * pf.microbatch_size)});
+    out.push_back(
+        {true, "local_batch_size", std::to_string(int64_t{pf.spec.num_microbatches} * pf.spec.microbatch_size)});
     out.push_back({true, "global_batch_size", std::to_string(pf.global_batch)});
     out.push_back({true, "seq_len", std::to_string(pf.model.seq_len)});
   }
   out.push_back({false, "pipeline_parallel_degree", std::to_string(p.num_devices)});
   if (planned_for) {
     const PlannedFor& pf = *planned_for;
-    out.push_back({false, "pipeline_parallel_microbatch_size", std::to_string(pf.microbatch_size)});
-    out.push_back({false, "tensor_parallel_degree", std::to_string(pf.tp)});
-    out.push_back({false, "enable_sequence_parallel", flag(pf.sequence_parallel)});
+    out.push_back({false, "pipeline_parallel_microbatch_size", std::to_string(pf.spec.microbatch_size)});
+    out.push_back({false, "tensor_parallel_degree", std::to_string(pf.spec.tp)});
+    out.push_back({false, "context_parallel_degree", std::to_string(pf.spec.cp)});
+    out.push_back({false, "enable_sequence_parallel", flag(pf.spec.sequence_parallel)});
     // torchtitan has no ZeRO-1: FSDP shards weights and gradients too (less memory than planned),
     // plain data parallelism replicates them.
-    out.push_back({false, "data_parallel_shard_degree", std::to_string(pf.distributed_optimizer ? pf.dp : 1)});
-    out.push_back({false, "data_parallel_replicate_degree", std::to_string(pf.distributed_optimizer ? 1 : pf.dp)});
+    out.push_back(
+        {false, "data_parallel_shard_degree", std::to_string(pf.spec.distributed_optimizer ? pf.spec.dp : 1)});
+    out.push_back(
+        {false, "data_parallel_replicate_degree", std::to_string(pf.spec.distributed_optimizer ? 1 : pf.spec.dp)});
   }
   out.push_back({false, "pipeline_parallel_schedule", std::string("\"") + torchtitan_schedule(p) + "\""});
   out.push_back({false, "pipeline_parallel_schedule_csv", "\"" + csv_path + "\""});
@@ -237,6 +251,16 @@ std::vector<TitanSetting> torchtitan_settings(const Problem& p, const std::strin
       {false, "module_fqns_per_model_part",
        python ? torchtitan_parts(p, "lm_head", "        ", "    ") : torchtitan_parts(p, "output", "  ", "")});
   return out;
+}
+
+// What the plan asks that torchtitan's pipeline and parallelism settings cannot say, as a comment line.
+std::string torchtitan_not_carried(const PlannedFor* planned_for) {
+  if (!planned_for) return "";
+  std::string what;
+  if (planned_for->spec.precision == Precision::kFp8) what = "FP8 GEMMs (torchtitan's float8 model converter)";
+  if (planned_for->spec.tp_comm_overlap)
+    what += std::string(what.empty() ? "" : "; ") + "the TP overlap (torchtitan's async TP, under torch.compile)";
+  return what.empty() ? "" : "# Planned but set apart: " + what + ".\n";
 }
 
 }  // namespace
@@ -248,6 +272,7 @@ Result<std::string> torchtitan_toml(const Problem& p, const std::string& csv_pat
       "# optpipe plan for torchtitan 0.2 (its TOML config; Llama module names). The order is the CSV (optpipe "
       "export --format csv);\n# the stage-to-rank mapping follows pipeline_parallel_schedule even with a CSV. "
       "torchtitan 0.3 takes its configuration in Python: optpipe export --format torchtitan-py.\n";
+  out += torchtitan_not_carried(planned_for);
   const std::vector<TitanSetting> settings = torchtitan_settings(p, csv_path, planned_for, /*python=*/false);
   for (bool training : {true, false}) {
     if (!training || planned_for) out += training ? "[training]\n" : "[parallelism]\n";
@@ -262,7 +287,9 @@ Result<std::string> torchtitan_config(const Problem& p, const std::string& csv_p
   if (Status st = torchtitan_can_place(p); !st.ok()) return R::Error(st);
   std::string out =
       "# optpipe plan for torchtitan 0.3 (configurations in Python: torchtitan/config/configs.py). Call it on your\n"
-      "# Trainer.Config before training; the order is the CSV (optpipe export --format csv).\n\n\n"
+      "# Trainer.Config before training; the order is the CSV (optpipe export --format csv).\n" +
+      torchtitan_not_carried(planned_for) +
+      "\n\n"
       "def apply_optpipe_plan(config):\n"
       "    parallelism = config.parallelism\n";
   const std::vector<TitanSetting> settings = torchtitan_settings(p, csv_path, planned_for, /*python=*/true);

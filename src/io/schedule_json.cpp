@@ -101,25 +101,37 @@ void read_model(const json& j, Status& err, ModelSpec* m) {
 
 void read_planned_for(const json& j, Status& err, PlannedFor* pf) {
   Reader r(j, "planned_for", &err);
+  PlanSpec& spec = pf->spec;
   if (const json* m = r.get("model", true)) read_model(*m, err, &pf->model);
   r.string("cluster", &pf->cluster, true);
-  r.integer("tp", &pf->tp, true);
-  r.integer("dp", &pf->dp, true);
-  r.boolean("sequence_parallel", &pf->sequence_parallel, true);
-  r.boolean("distributed_optimizer", &pf->distributed_optimizer, true);
-  r.integer("microbatch_size", &pf->microbatch_size, true);
-  r.integer("num_microbatches", &pf->num_microbatches, true);
+  r.integer("tp", &spec.tp, true);
+  r.integer("cp", &spec.cp, false);  // absent in files written before context parallelism: 1
+  r.integer("dp", &spec.dp, true);
+  r.boolean("sequence_parallel", &spec.sequence_parallel, true);
+  r.boolean("distributed_optimizer", &spec.distributed_optimizer, true);
+  std::string precision = precision_name(spec.precision);
+  r.string("precision", &precision, false);
+  r.boolean("tp_comm_overlap", &spec.tp_comm_overlap, false);
+  r.integer("microbatch_size", &spec.microbatch_size, true);
+  r.integer("num_microbatches", &spec.num_microbatches, true);
   r.integer("global_batch", &pf->global_batch, true);
-  r.integer("mem_budget_bytes", &pf->mem_budget_bytes, true);
+  r.integer("mem_budget_bytes", &spec.mem_budget_bytes, true);
   r.finish();
   if (!err.ok()) return;
-  if (pf->tp < 1 || pf->dp < 1 || pf->microbatch_size < 1 || pf->num_microbatches < 1 || pf->mem_budget_bytes < 1)
-    err =
-        Status::Invalid("planned_for: tp, dp, microbatch_size, num_microbatches and mem_budget_bytes must be positive");
-  else if (pf->global_batch != int64_t{pf->num_microbatches} * pf->microbatch_size * pf->dp)
+  Result<Precision> parsed = parse_precision(precision);
+  if (!parsed.ok()) {
+    err = Status::Invalid("planned_for.precision: " + parsed.status.message);
+    return;
+  }
+  spec.precision = parsed.value;
+  if (spec.tp < 1 || spec.cp < 1 || spec.dp < 1 || spec.microbatch_size < 1 || spec.num_microbatches < 1 ||
+      spec.mem_budget_bytes < 1)
+    err = Status::Invalid(
+        "planned_for: tp, cp, dp, microbatch_size, num_microbatches and mem_budget_bytes must be positive");
+  else if (pf->global_batch != int64_t{spec.num_microbatches} * spec.microbatch_size * spec.dp)
     err = Status::Invalid("planned_for.global_batch: " + std::to_string(pf->global_batch) +
                           " is not num_microbatches × microbatch_size × dp = " +
-                          std::to_string(int64_t{pf->num_microbatches} * pf->microbatch_size * pf->dp));
+                          std::to_string(int64_t{spec.num_microbatches} * spec.microbatch_size * spec.dp));
 }
 
 nlohmann::ordered_json planned_for_json(const PlannedFor& pf) {
@@ -138,14 +150,17 @@ nlohmann::ordered_json planned_for_json(const PlannedFor& pf) {
             {"bytes_per_value", m.bytes_per_value},
             {"head_dim", m.head_dim}}},
           {"cluster", pf.cluster},
-          {"tp", pf.tp},
-          {"dp", pf.dp},
-          {"sequence_parallel", pf.sequence_parallel},
-          {"distributed_optimizer", pf.distributed_optimizer},
-          {"microbatch_size", pf.microbatch_size},
-          {"num_microbatches", pf.num_microbatches},
+          {"tp", pf.spec.tp},
+          {"cp", pf.spec.cp},
+          {"dp", pf.spec.dp},
+          {"sequence_parallel", pf.spec.sequence_parallel},
+          {"distributed_optimizer", pf.spec.distributed_optimizer},
+          {"precision", precision_name(pf.spec.precision)},
+          {"tp_comm_overlap", pf.spec.tp_comm_overlap},
+          {"microbatch_size", pf.spec.microbatch_size},
+          {"num_microbatches", pf.spec.num_microbatches},
           {"global_batch", pf.global_batch},
-          {"mem_budget_bytes", pf.mem_budget_bytes}};
+          {"mem_budget_bytes", pf.spec.mem_budget_bytes}};
 }
 
 // A problem held must be the one the schedule runs on, not a base to re-cut.

@@ -42,7 +42,10 @@ std::optional<Problem> layout_problem(const ModelSpec& m, const ClusterSpec& clu
   plan.microbatch_size = row->microbatch_size;
   plan.mem_budget_bytes = o.mem_budget_bytes;
   plan.tp = row->tp;
+  plan.cp = row->cp;
   plan.dp = row->dp;
+  plan.precision = o.precision;
+  plan.tp_comm_overlap = o.tp_comm_overlap;
   Result<Problem> p = build_problem(m, cluster, plan);
   if (p.ok())
     row->status = static_memory_status(p.value, {});
@@ -89,7 +92,8 @@ LayoutRow megatron_default(const ModelSpec& m, const ClusterSpec& cluster, const
 }  // namespace
 
 std::string LayoutRow::label() const {
-  return "pp" + std::to_string(pp) + " tp" + std::to_string(tp) + " dp" + std::to_string(dp);
+  return "pp" + std::to_string(pp) + " tp" + std::to_string(tp) + (cp > 1 ? " cp" + std::to_string(cp) : "") + " dp" +
+         std::to_string(dp);
 }
 
 Result<LayoutSearch> search_layouts(const ModelSpec& m, const ClusterSpec& cluster, const LayoutSearchOptions& o) {
@@ -106,21 +110,25 @@ Result<LayoutSearch> search_layouts(const ModelSpec& m, const ClusterSpec& clust
   std::vector<LayoutRow> refused;
   const int G = cluster.num_gpus;
   for (int tp = 1; tp <= cluster.gpus_per_node; tp *= 2) {
-    if (G % tp != 0) continue;
-    for (int dp = 1; dp <= G / tp; dp++) {
-      if ((G / tp) % dp != 0 || o.global_batch % dp != 0) continue;
-      const int pp = G / (tp * dp);
-      for (int b = 1; b <= o.max_microbatch_size; b *= 2) {
-        if (o.global_batch % (int64_t{dp} * b) != 0) continue;
-        const int64_t M = o.global_batch / (int64_t{dp} * b);
-        if (M < pp || M > 100000) continue;  // a pipeline wants as many microbatches as stages
-        LayoutRow row{.pp = pp, .tp = tp, .dp = dp, .microbatch_size = b, .num_microbatches = static_cast<int>(M)};
-        out.layouts++;
-        std::optional<Problem> p = layout_problem(m, cluster, o, &row);
-        if (p)
-          candidates.push_back({row, std::move(*p)});
-        else
-          refused.push_back(row);
+    for (int cp = 1; cp <= std::max(1, o.max_cp); cp *= 2) {
+      if (G % (tp * cp) != 0 || (cp > 1 && m.seq_len % (2 * cp) != 0)) continue;
+      const int model_gpus = G / (tp * cp);  // pipeline × data-parallel GPUs
+      for (int dp = 1; dp <= model_gpus; dp++) {
+        if (model_gpus % dp != 0 || o.global_batch % dp != 0) continue;
+        const int pp = model_gpus / dp;
+        for (int b = 1; b <= o.max_microbatch_size; b *= 2) {
+          if (o.global_batch % (int64_t{dp} * b) != 0) continue;
+          const int64_t M = o.global_batch / (int64_t{dp} * b);
+          if (M < pp || M > 100000) continue;  // a pipeline wants as many microbatches as stages
+          LayoutRow row{
+              .pp = pp, .tp = tp, .cp = cp, .dp = dp, .microbatch_size = b, .num_microbatches = static_cast<int>(M)};
+          out.layouts++;
+          std::optional<Problem> p = layout_problem(m, cluster, o, &row);
+          if (p)
+            candidates.push_back({row, std::move(*p)});
+          else
+            refused.push_back(row);
+        }
       }
     }
   }

@@ -52,16 +52,10 @@ std::vector<bool> at_best_chunks(const std::vector<FamilyRun>& runs, Objective o
 
 PlannedFor planned_for(const ModelSpec& model, const std::string& model_name, const std::string& cluster_name,
                        const PlanSpec& spec, const Problem& built) {
-  PlannedFor pf{.model = model,
-                .cluster = cluster_name,
-                .tp = spec.tp,
-                .dp = spec.dp,
-                .sequence_parallel = spec.sequence_parallel,
-                .distributed_optimizer = spec.distributed_optimizer,
-                .microbatch_size = spec.microbatch_size,
-                .num_microbatches = built.num_microbatches,
-                .global_batch = int64_t{built.num_microbatches} * spec.microbatch_size * spec.dp,
-                .mem_budget_bytes = built.devices.front().mem_budget_bytes};
+  PlannedFor pf{.model = model, .cluster = cluster_name, .spec = spec};
+  pf.spec.num_microbatches = built.num_microbatches;
+  pf.spec.mem_budget_bytes = built.devices.front().mem_budget_bytes;
+  pf.global_batch = int64_t{built.num_microbatches} * spec.microbatch_size * spec.dp;
   pf.model.name = model_name;
   return pf;
 }
@@ -87,14 +81,7 @@ std::optional<IterationFigures> plan_iteration(const PlanReport& r) {
   const PlannedFor& pf = r.planned_for;
   Result<ClusterSpec> cluster = find_cluster(pf.cluster);
   if (r.result.outcome == Outcome::kInfeasible || !cluster.ok() || pf.model.num_layers < 1) return std::nullopt;
-  const PlanSpec spec{.num_microbatches = pf.num_microbatches,
-                      .microbatch_size = pf.microbatch_size,
-                      .mem_budget_bytes = pf.mem_budget_bytes,
-                      .tp = pf.tp,
-                      .dp = pf.dp,
-                      .sequence_parallel = pf.sequence_parallel,
-                      .distributed_optimizer = pf.distributed_optimizer};
-  return iteration_figures(pf.model, cluster.value, spec, pf.global_batch, r.result.timeline.makespan_us);
+  return iteration_figures(pf.model, cluster.value, pf.spec, pf.global_batch, r.result.timeline.makespan_us);
 }
 
 nlohmann::json plan_rows_json(const PlanReport& r, Objective objective) {
