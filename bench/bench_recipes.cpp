@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   app.add_option("--search-time", search_time_s, "seconds of layout search per recipe (0: predict only)");
   app.add_option("--utilization", utilization, "predict at this utilization instead of calibrating");
   CLI11_PARSE(app, argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a row at a time: the search takes minutes
   Result<std::vector<Recipe>> recipes = read_recipes(path);
   if (!recipes.ok()) {
     std::fprintf(stderr, "bench_recipes: %s\n", recipes.status.message.c_str());

@@ -10,6 +10,7 @@
 
 #include "optpipe/cost_model.h"
 #include "optpipe/families.h"
+#include "recipes.h"
 
 using namespace optpipe;
 
@@ -63,4 +64,26 @@ TEST(Calibration, NarayananTable1WithinFifteenPercent) {
     within += std::abs(error) <= 0.15;
   }
   EXPECT_GE(within, 4);
+}
+
+// NVIDIA's published Megatron-Bridge recipes (bench/recipes.json; bench_recipes prints the table):
+// one utilization fitted on the recipes not held out, the held-out ones predicted with it.
+TEST(Calibration, PublishedRecipesHeldOutWithinFifteenPercent) {
+  Result<std::vector<Recipe>> recipes = read_recipes(OPTPIPE_SOURCE_DIR "/bench/recipes.json");
+  ASSERT_TRUE(recipes.ok()) << recipes.status.message;
+  const double u = calibrate_utilization(recipes.value);
+  EXPECT_GT(u, 0.2);  // inside the grid: a fit, not its edge
+  EXPECT_LT(u, 0.95);
+  int held_out = 0, within = 0;
+  for (const Recipe& r : recipes.value) {
+    Result<RecipePrediction> p = predict_recipe(r, u);
+    ASSERT_TRUE(p.ok()) << p.status.message;
+    const double ratio = p.value.figures.tokens_per_s_per_gpu / r.tokens_per_s_per_gpu;
+    EXPECT_LT(std::abs(ratio - 1), 0.25) << r.name << ": predicted / published " << ratio;
+    if (!r.held_out) continue;
+    held_out++;
+    within += std::abs(ratio - 1) <= 0.15;
+  }
+  EXPECT_GE(held_out, 5);
+  EXPECT_GE(within, held_out - 1);
 }
