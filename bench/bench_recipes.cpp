@@ -10,8 +10,8 @@
 //    chunks, offload, recompute within 90% of the GPU's memory), then `plan --search`'s layout
 //    search over every layout of the GPUs for the batch: the gain over the recipe split into what
 //    the schedule brings on the recipe's layout and what the layout brings on top.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -49,8 +49,8 @@ int main(int argc, char** argv) {
   if (!(utilization > 0)) utilization = calibrate_utilization(recipes.value);
   std::printf("utilization %.3f of each precision's peak (%s)\n\n", utilization,
               app.get_option("--utilization")->count() > 0 ? "given" : "fitted on the recipes not held out");
-  std::printf("%-20s %5s %-24s %-7s %9s %9s %7s %8s %8s %9s %5s  %s\n", "recipe", "GPUs", "layout", "prec",
-              "pub tok/s", "pred", "ratio", "pub TF/s", "pred", "peak GiB", "fits", "role");
+  std::printf("%-20s %5s %-24s %-7s %9s %9s %7s %8s %8s %9s %5s  %s\n", "recipe", "GPUs", "layout", "prec", "pub tok/s",
+              "pred", "ratio", "pub TF/s", "pred", "peak GiB", "fits", "role");
   double held_log = 0, cal_log = 0, held_max = 0;
   int held = 0, cal = 0, within = 0;
   std::vector<RecipePrediction> predicted;
@@ -110,12 +110,14 @@ int main(int argc, char** argv) {
     const double recipe_us = p.figures.iteration_us;
     const double searched_us = best ? std::min(best->iteration_us, same_layout_us) : same_layout_us;
     const bool searched_wins = best && best->iteration_us <= same_layout_us;
-    std::printf("%-20s %12s %12s %12s %8.3f %8.3f %8.3f  %s\n", r.name.c_str(), fmt::format("{:.0f} ms", recipe_us / 1e3).c_str(),
+    std::printf("%-20s %12s %12s %12s %8.3f %8.3f %8.3f  %s\n", r.name.c_str(),
+                fmt::format("{:.0f} ms", recipe_us / 1e3).c_str(),
                 std::isnan(same_layout_us) ? "none fits" : fmt::format("{:.0f} ms", same_layout_us / 1e3).c_str(),
                 fmt::format("{:.0f} ms", searched_us / 1e3).c_str(), recipe_us / same_layout_us,
                 same_layout_us / searched_us, recipe_us / searched_us,
-                searched_wins ? (best->label() + ", mbs " + std::to_string(best->microbatch_size) + ", " + best->schedule).c_str()
-                              : "the recipe's layout, the optimizer's schedule");
+                searched_wins
+                    ? (best->label() + ", mbs " + std::to_string(best->microbatch_size) + ", " + best->schedule).c_str()
+                    : "the recipe's layout, the optimizer's schedule");
   }
   return 0;
 }

@@ -151,6 +151,38 @@ TEST(ClosedForm, LoopedBfsDividesTheBubbleByVAtGPipesMemory) {
     }
 }
 
+// torch's ScheduleInterleavedZeroBubble, worked by hand from its _get_1f1b_rank_ops with
+// enable_zero_bubble (D 2, M 4, v 2: rounds of 2; warm-up 3 and 2 forwards); then its bubble
+// against interleaved 1F1B's at the same v, at most that peak memory and a W for every B.
+TEST(ClosedForm, InterleavedZeroBubbleIsTorchsOrder) {
+  Ran zb = run("interleaved-zb", uniform(2, 4), 2);
+  Result<FamilySchedule> fs = build_family(*find_family("interleaved-zb"), uniform(2, 4), 2);
+  ASSERT_TRUE(fs.ok()) << fs.status.message;
+  auto order = [&](int d) {
+    std::string out;
+    for (const Op& op : fs.value.schedule.devices[d].compute) out += (out.empty() ? "" : ", ") + op_name(op);
+    return out;
+  };
+  EXPECT_EQ(order(0),
+            "F0 s0, F1 s0, F0 s2, F1 s2, B0 s2, W0 s2, F2 s0, B1 s2, W1 s2, F3 s0, B0 s0, W0 s0, F2 s2, B1 s0, "
+            "W1 s0, F3 s2, B2 s2, W2 s2, B3 s2, W3 s2, B2 s0, W2 s0, B3 s0, W3 s0");
+  EXPECT_EQ(order(1),
+            "F0 s1, F1 s1, F0 s3, B0 s3, F1 s3, B1 s3, W0 s3, F2 s1, B0 s1, W1 s3, F3 s1, B1 s1, W0 s1, F2 s3, "
+            "B2 s3, W1 s1, F3 s3, B3 s3, W2 s3, B2 s1, W3 s3, B3 s1, W2 s1, W3 s1");
+  EXPECT_GT(zb.timeline.makespan_us, 0);
+  for (int v : {2, 3, 4})
+    for (auto [D, M] : {std::pair{4, 8}, {4, 16}, {8, 16}}) {
+      const Problem p = uniform(D, M);
+      Ran z = run("interleaved-zb", p, v), i = run("interleaved-1f1b", p, v);
+      EXPECT_LT(bubble_us(z), bubble_us(i)) << "D=" << D << " M=" << M << " v=" << v;
+      EXPECT_LE(max_peak_acts(z), max_peak_acts(i) + 1e-9) << "D=" << D << " M=" << M << " v=" << v;
+    }
+  // torch refuses an M its rounds do not divide: 10 microbatches on 4 ranks are 2 rounds of 5; 9 are not.
+  EXPECT_TRUE(build_family(*find_family("interleaved-zb"), uniform(4, 10), 2).ok());
+  Result<FamilySchedule> refused = build_family(*find_family("interleaved-zb"), uniform(4, 9), 2);
+  EXPECT_NE(refused.status.message.find("multiple of its rounds (2)"), std::string::npos) << refused.status.message;
+}
+
 TEST(ClosedForm, VShapesTradeMemory) {
   for (int D : {4, 6, 8}) {
     const int M = 4 * D;

@@ -103,6 +103,7 @@ Result<Schedule> make_gpipe(const Problem& p);
 Result<Schedule> make_1f1b(const Problem& p);
 Result<Schedule> make_interleaved_1f1b(const Problem& p);
 Result<Schedule> make_looped_bfs(const Problem& p);
+Result<Schedule> make_interleaved_zb(const Problem& p);
 Result<Schedule> make_zb_h1(const Problem& p);
 Result<Schedule> make_zb_h2(const Problem& p);
 Result<Schedule> make_zb_auto(const Problem& p);

@@ -17,6 +17,8 @@ const std::vector<Family>& families() {
        "Megatron's interleaved 1F1B over v chunks per device; bubble ÷ v, more activations"},
       {"looped-bfs", Placement::kInterleaved, 2, make_looped_bfs,
        "torch's breadth-first loop: every microbatch through a chunk, then the next; GPipe's memory, v chunks"},
+      {"interleaved-zb", Placement::kInterleaved, 2, make_interleaved_zb,
+       "torch's interleaved zero bubble (ZB-1P over v chunks): split backward, W fills the bubbles"},
       {"zb-h1", Placement::kLinear, 1, make_zb_h1, "zero-bubble H1: split backward, W fills bubbles; 1F1B's memory"},
       {"zb-h2", Placement::kLinear, 1, make_zb_h2, "zero-bubble H2: more warm-up forwards; ~zero bubble at ~2× memory"},
       {"zb-auto", Placement::kLinear, 1, make_zb_auto,
