@@ -15,9 +15,9 @@ Result<Schedule> make_interleaved_zb(const Problem& p) {
   const int D = p.num_devices, M = p.num_microbatches, v = p.chunks_per_device;
   const int rounds = std::max(1, M / D);
   if (M % rounds != 0)
-    return Result<Schedule>::Error(Status::Invalid(
-        "interleaved-zb: torch's zero-bubble schedule needs the microbatches (" + std::to_string(M) +
-        ") a multiple of its rounds (" + std::to_string(rounds) + ")"));
+    return Result<Schedule>::Error(
+        Status::Invalid("interleaved-zb: torch's zero-bubble schedule needs the microbatches (" + std::to_string(M) +
+                        ") a multiple of its rounds (" + std::to_string(rounds) + ")"));
   const int per_round = M / rounds, total = M * v;
   Schedule s = empty_schedule(p);
   for (int d = 0; d < D; d++) {
