@@ -368,3 +368,35 @@ TEST(Space, BoundsHoldOverEveryPlacementAndChunkCount) {
   EXPECT_GT(above_two, 5);
   EXPECT_GT(explicit_runs, 40);
 }
+
+// One device is no pipeline (Megatron runs virtual stages only with a pipeline size above 1,
+// torchtitan pipelines nothing at degree 1): linear alone is searched unless chunks are asked
+// for, and the families on other placements are ruled out, so neither the answer nor the
+// baseline takes a placement no framework runs. Fails when chunks are searched on one device.
+TEST(Space, OneDeviceSearchesLinearUnlessChunksAreAsked) {
+  const Problem p = make_uniform_problem({.num_devices = 1, .num_microbatches = 4, .num_layers = 4});
+  const std::vector<PlacementCandidate> space = placement_space(p, {});
+  ASSERT_EQ(space.size(), 1u);
+  EXPECT_EQ(space[0].placement, Placement::kLinear);
+  ScheduleRules four;
+  four.chunk_counts = {4};
+  const std::vector<PlacementCandidate> asked = placement_space(p, four);
+  ASSERT_FALSE(asked.empty());
+  for (const PlacementCandidate& c : asked) EXPECT_EQ(c.chunks_per_device, 4);
+
+  std::vector<FamilyRun> runs = run_families(p, {.op_times = false});
+  rule_out({}, space, &runs);
+  int linear = 0;
+  for (const FamilyRun& run : runs) {
+    if (run.family->placement == Placement::kLinear) {
+      linear += run.status.ok();
+      continue;
+    }
+    EXPECT_FALSE(run.status.ok()) << run.label;
+    EXPECT_NE(run.status.message.find("not among the placements searched"), std::string::npos) << run.status.message;
+  }
+  EXPECT_GT(linear, 2);
+  const OptimizeResult r = optimize(p, quick(300, 0, 1));
+  ASSERT_TRUE(r.status.ok()) << r.status.message;
+  EXPECT_EQ(r.problem.placement, Placement::kLinear);
+}

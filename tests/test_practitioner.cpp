@@ -8,6 +8,7 @@
 #include "optpipe/optimize.h"
 #include "optpipe/passes.h"
 #include "optpipe/schedule_rules.h"
+#include "optpipe/space.h"
 
 using namespace optpipe;
 
@@ -153,7 +154,7 @@ TEST(Practitioner, LeastRecomputeFitsAndOneLayerLessDoesNot) {
   EXPECT_NE(zb_v->label.find(", W in B"), std::string::npos) << zb_v->label;
   // Under --no-recompute it is ruled out.
   std::vector<FamilyRun> ruled = run_families(p, {.op_times = false});
-  rule_out({.recompute = false}, &ruled);
+  rule_out({.recompute = false}, placement_space(p, {}), &ruled);
   EXPECT_EQ(find_run(ruled, "1f1b", Tuning::kRecompute), nullptr);
 }
 

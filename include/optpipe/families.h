@@ -95,8 +95,10 @@ std::vector<FamilyRun> run_families_on_cut(
 // The fastest run that fits (with as_published_only, among the runs as published), or nullptr.
 const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective objective = Objective::kMakespan,
                                  bool as_published_only = false);
-// Marks the runs whose schedules the rules forbid as not applicable, the reason saying which rule.
-void rule_out(const ScheduleRules& rules, std::vector<FamilyRun>* runs);
+// Marks the runs whose schedules the rules forbid, or whose placement and chunk count lie outside
+// the space searched (placement_space), as not applicable, the reason saying which.
+struct PlacementCandidate;
+void rule_out(const ScheduleRules& rules, const std::vector<PlacementCandidate>& space, std::vector<FamilyRun>* runs);
 
 // The family functions, one file each.
 Result<Schedule> make_gpipe(const Problem& p);

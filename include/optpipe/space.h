@@ -24,7 +24,8 @@ struct PlacementCandidate {
 // Linear (v = 1), V-shape (v = 2), interleaved at every v ≥ 2 and waves at every v ≥ 3 (a wave of
 // two is the V-shape, and stands in for it only where the rules allow waves and not the V-shape),
 // up to max_chunks_per_device, each the rules allow and rechunk accepts. In that order, v
-// ascending within each placement. Empty when nothing applies.
+// ascending within each placement. On one device, linear alone where the rules allow it. Empty
+// when nothing applies.
 std::vector<PlacementCandidate> placement_space(const Problem& p, const ScheduleRules& rules);
 
 // The most chunks per device the space holds for p: with layers, its items over its devices (a

@@ -151,14 +151,21 @@ const FamilyRun* fastest_fitting(const std::vector<FamilyRun>& runs, Objective o
   return best;
 }
 
-void rule_out(const ScheduleRules& rules, std::vector<FamilyRun>* runs) {
-  if (!rules.any()) return;
+void rule_out(const ScheduleRules& rules, const std::vector<PlacementCandidate>& space, std::vector<FamilyRun>* runs) {
   for (FamilyRun& run : *runs) {
     if (!run.status.ok()) continue;
-    if (Status st = check_rules(rules, run.built.problem, run.built.schedule); !st.ok())
+    const Problem& q = run.built.problem;
+    auto searched = [&](const PlacementCandidate& c) {
+      return c.placement == q.placement && c.chunks_per_device == q.chunks_per_device;
+    };
+    if (Status st = rules.any() ? check_rules(rules, q, run.built.schedule) : Status::Ok(); !st.ok())
       run.status = Status::Invalid("ruled out: " + st.message);
     else if (rules.fixed_partition && run.tuning == Tuning::kPartition)
       run.status = Status::Invalid("ruled out: the partition is fixed");
+    else if (std::none_of(space.begin(), space.end(), searched))
+      run.status = Status::Invalid("ruled out: " + placement_label(q.placement, q.chunks_per_device) +
+                                   " is not among the placements searched" +
+                                   (q.num_devices == 1 ? " (one device is no pipeline: --chunks asks for chunks)" : ""));
   }
 }
 

@@ -301,7 +301,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
                                                  : run_families(p, {.op_times = false, .any_timing = false},
                                                                 after(1) + std::chrono::milliseconds(250), interleaved,
                                                                 after(kTuningsShareOfLimit));
-  rule_out(options.rules, &runs);
+  rule_out(options.rules, space, &runs);
   out.stats.best_family = baseline_of(fastest_fitting(runs, options.objective), options.objective);
   out.stats.best_published_family =
       baseline_of(fastest_fitting(runs, options.objective, /*as_published_only=*/true), options.objective);
@@ -314,7 +314,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
     level.partition = PartitionRule::kDevices;
     std::vector<FamilyRun> leveled =
         run_families(level, {.op_times = false, .any_timing = false}, starts_until, interleaved);
-    rule_out(options.rules, &leveled);
+    rule_out(options.rules, space, &leveled);
     for (FamilyRun& run : leveled)
       if (run.status.ok() &&
           items_per_stage(run.built.problem) !=
@@ -337,7 +337,7 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
         if (!cut_problem.ok() || Clock::now() > starts_until) continue;
         std::vector<FamilyRun> on_cut =
             run_families_on_cut(cut_problem.value, {.op_times = false, .any_timing = false}, starts_until);
-        rule_out(options.rules, &on_cut);
+        rule_out(options.rules, space, &on_cut);
         for (FamilyRun& run : on_cut) {
           run.label += " [bound cut]";
           runs.push_back(std::move(run));

@@ -21,10 +21,10 @@ std::vector<FamilyRun> families_then_optimize(const Problem& p, const SimOptions
   auto after = [&](double share) {
     return t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(share * limit);
   };
-  std::vector<FamilyRun> runs =
-      run_families(p, sim, after(1) + std::chrono::milliseconds(250),
-                   interleaved_chunk_counts(placement_space(p, options.rules)), after(kTuningsShareOfLimit));
-  rule_out(options.rules, &runs);
+  const std::vector<PlacementCandidate> space = placement_space(p, options.rules);
+  std::vector<FamilyRun> runs = run_families(p, sim, after(1) + std::chrono::milliseconds(250),
+                                             interleaved_chunk_counts(space), after(kTuningsShareOfLimit));
+  rule_out(options.rules, space, &runs);
   const double spent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   options.time_limit_s = std::max(0.01, options.time_limit_s - spent_s);
   options.families = &runs;

@@ -31,6 +31,9 @@ std::vector<PlacementCandidate> placement_space(const Problem& p, const Schedule
     Result<Problem> cut = rechunk(p, placement, v);
     if (cut.ok()) out.push_back({placement, v, std::move(cut.value)});
   }
+  // One device is no pipeline: Megatron runs virtual stages only with a pipeline size above 1 and
+  // torchtitan pipelines nothing at degree 1, so chunks there are searched only when asked for.
+  if (p.num_devices == 1 && !out.empty() && out.front().placement == Placement::kLinear) out.resize(1);
   return out;
 }
 
