@@ -163,9 +163,9 @@ void rule_out(const ScheduleRules& rules, const std::vector<PlacementCandidate>&
     else if (rules.fixed_partition && run.tuning == Tuning::kPartition)
       run.status = Status::Invalid("ruled out: the partition is fixed");
     else if (std::none_of(space.begin(), space.end(), searched))
-      run.status = Status::Invalid("ruled out: " + placement_label(q.placement, q.chunks_per_device) +
-                                   " is not among the placements searched" +
-                                   (q.num_devices == 1 ? " (one device is no pipeline: --chunks asks for chunks)" : ""));
+      run.status = Status::Invalid(
+          "ruled out: " + placement_label(q.placement, q.chunks_per_device) + " is not among the placements searched" +
+          (q.num_devices == 1 ? " (one device is no pipeline: --chunks asks for chunks)" : ""));
   }
 }
 
