@@ -15,6 +15,8 @@
 #include "optimize_checks.h"
 #include "optpipe/cost_model.h"
 #include "optpipe/families.h"
+#include "optpipe/files.h"
+#include "optpipe/json_io.h"
 #include "optpipe/optimize.h"
 #include "optpipe/simulate.h"
 #include "optpipe/validate.h"
@@ -138,6 +140,23 @@ TEST(Feasibility, HeterogeneousReproFitsOnEverySeed) {
       ASSERT_TRUE(r.status.ok()) << r.status.message;
       EXPECT_NE(r.outcome, Outcome::kInfeasible) << "seed " << seed << ", " << threads << " thread(s)";
     }
+}
+
+// llama2-13b on 8 A100-40GB under bench_coverage's per-device ladder at share 0.25 (budgets
+// 30.97 GiB on device 0 down to 25.62 GiB on device 7): every start overflowed, and the raced set
+// left out wave v4's frugal schedule, which fits once six layers move; the default said "nothing
+// fits" while `--placement wave --chunks 4` fitted. Fails without the frugal starts repartitioned.
+TEST(Feasibility, AFrugalScheduleThatFitsOnceLayersMoveIsFound) {
+  Result<std::string> text = read_text_file(std::string(OPTPIPE_TEST_DATA) + "/llama2-13b-ladder-share25.json");
+  ASSERT_TRUE(text.ok()) << text.status.message;
+  Result<Problem> p = problem_from_json(text.value);
+  ASSERT_TRUE(p.ok()) << p.status.message;
+  OptimizeOptions options;
+  options.time_limit_s = 6;
+  const OptimizeResult r = optimize(p.value, options);
+  ASSERT_TRUE(r.status.ok()) << r.status.message;
+  EXPECT_NE(r.outcome, Outcome::kInfeasible);
+  EXPECT_TRUE(fits_any_timing(r.problem, r.timeline));
 }
 
 // Random problems (linear, interleaved, V-shape; uniform and heterogeneous costs; fast and slow
