@@ -193,17 +193,22 @@ std::vector<int> partition_layers(const ModelSpec& m, int num_chunks, PartitionR
 
 namespace {
 
+// Every FLOP count of c divided over n GPUs.
+void divide_flops(LayerCost* c, int n) {
+  c->fwd_flops /= n;
+  c->bwd_input_flops /= n;
+  c->bwd_weight_flops /= n;
+  c->fwd_attention_flops /= n;
+  c->bwd_attention_flops /= n;
+}
+
 // A layer's (or the head's) share on one of T tensor-parallel GPUs: FLOPs and parameters divided;
 // activations as [K22] has them (replicated_bytes: what stays whole without sequence
 // parallelism), what W keeps in the same proportion.
 LayerCost shard(const LayerCost& c, int T, bool sequence_parallel, double replicated_bytes) {
   if (T == 1) return c;
   LayerCost out = c;
-  out.fwd_flops /= T;
-  out.bwd_input_flops /= T;
-  out.bwd_weight_flops /= T;
-  out.fwd_attention_flops /= T;
-  out.bwd_attention_flops /= T;
+  divide_flops(&out, T);
   out.params = c.params / T;
   const double kept = sequence_parallel ? static_cast<double>(c.act_bytes) / T
                                         : replicated_bytes + (static_cast<double>(c.act_bytes) - replicated_bytes) / T;
@@ -219,11 +224,7 @@ LayerCost shard(const LayerCost& c, int T, bool sequence_parallel, double replic
 LayerCost context_share(const LayerCost& c, int cp) {
   if (cp == 1) return c;
   LayerCost out = c;
-  out.fwd_flops /= cp;
-  out.bwd_input_flops /= cp;
-  out.bwd_weight_flops /= cp;
-  out.fwd_attention_flops /= cp;
-  out.bwd_attention_flops /= cp;
+  divide_flops(&out, cp);
   out.act_bytes = c.act_bytes / cp;
   out.act_after_b_bytes = c.act_after_b_bytes / cp;
   return out;
