@@ -155,9 +155,7 @@ void rule_out(const ScheduleRules& rules, const std::vector<PlacementCandidate>&
   for (FamilyRun& run : *runs) {
     if (!run.status.ok()) continue;
     const Problem& q = run.built.problem;
-    auto searched = [&](const PlacementCandidate& c) {
-      return c.placement == q.placement && c.chunks_per_device == q.chunks_per_device;
-    };
+    auto searched = [&](const PlacementCandidate& c) { return same_placement(c.problem, q); };
     if (Status st = rules.any() ? check_rules(rules, q, run.built.schedule) : Status::Ok(); !st.ok())
       run.status = Status::Invalid("ruled out: " + st.message);
     else if (rules.fixed_partition && run.tuning == Tuning::kPartition)
