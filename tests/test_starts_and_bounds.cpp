@@ -259,6 +259,31 @@ TEST(Bounds, CoolDownAfterTheLastBackward) {
   EXPECT_EQ(r.outcome, Outcome::kOptimal) << r.timeline.makespan_us;
 }
 
+// Forwards reach a device no faster than the slowest stage before them runs them. Linear, D = 3,
+// M = 4, F = 4, 1, 1 ms, B = 1, 5, 1 ms, no W, memory ample: device 1 starts at 4 ms and has 24 ms
+// of work; its first B cannot start before 7 ms, and by then one forward (1 ms) has reached it, the
+// next at 8 ms: 2 ms idle that no order fills. After its last B, stage 0's B (1 ms): bound 31 ms
+// (counting each stage's forwards at their own pace it was 29 ms). The search's answer, checked,
+// is no faster.
+TEST(Bounds, WarmUpIdleWhileForwardsArrive) {
+  UniformSpec u;
+  u.num_devices = 3;
+  u.num_microbatches = 4;
+  Problem p = make_uniform_problem(u);
+  const double t_f_ms[] = {4, 1, 1}, t_b_ms[] = {1, 5, 1};
+  for (int s = 0; s < 3; s++) {
+    p.stages[s].t_f_us = p.stages[s].t_r_us = 1000 * t_f_ms[s];
+    p.stages[s].t_b_us = 1000 * t_b_ms[s];
+    p.stages[s].t_w_us = 0;
+  }
+  EXPECT_DOUBLE_EQ(makespan_lower_bound(p), 31000);
+  OptimizeOptions o = quick(3000);
+  o.rules.placements = {Placement::kLinear};
+  OptimizeResult r = optimize(p, o);
+  EXPECT_TRUE(is_checked(r));
+  EXPECT_GE(r.timeline.makespan_us, 31000 - 1e-6);
+}
+
 // Where memory holds few pending W's the cool-down is longer; on tiny problems with random
 // budgets (in half activations: a whole number of them fits at a time) and W sizes the bound
 // stays at or below the best order that fits (brute force), also when it may assume no offload

@@ -55,11 +55,13 @@ std::vector<DeviceDemand> device_demands(const Problem& p, const ScheduleRules& 
     out[d].offload = rules.offload;
     out[d].recompute = rules.recompute;
   }
+  double slowest_f_us = 0;  // of the stages so far
   for (int s = 0; s < p.num_stages(); s++) {
     DeviceDemand& dd = out[p.device_of(s)];
     dd.first_us = std::min(dd.first_us, head[s]);
-    dd.stages.push_back(
-        {p.stages[s], head[s], round_trip[s], p.offload_us(s), p.reload_us(s), s == 0 ? p.stages[0].t_w_us : tail[s]});
+    slowest_f_us = std::max(slowest_f_us, p.stages[s].t_f_us);
+    dd.stages.push_back({p.stages[s], head[s], round_trip[s], p.offload_us(s), p.reload_us(s),
+                         s == 0 ? p.stages[0].t_w_us : tail[s], slowest_f_us});
   }
   return out;
 }
@@ -83,6 +85,35 @@ double pack_by_time_per_byte(std::vector<PackItem>& items, double* capacity_byte
   }
   *capacity_bytes = capacity;
   return packed_us;
+}
+
+// The forward time of one stage that can have run by t: its m-th forward starts no sooner than
+// head + m·interval and runs t_F.
+double forwards_done_by_us(const StageLoad& sl, double num_microbatches, double t) {
+  const double x = t - sl.head_us, t_f = sl.spec.t_f_us, r = std::max(sl.f_interval_us, t_f);
+  if (!(x > 0) || !(t_f > 0)) return 0;
+  const double whole = std::min(num_microbatches, x >= t_f ? std::floor((x - t_f) / r) + 1 : 0);
+  const double partial = std::max(0.0, std::min(num_microbatches, std::ceil(x / r)) - whole);
+  // The partial ones, m = whole .. whole + partial − 1, each x − m·r.
+  return whole * t_f + partial * x - r * partial * (2 * whole + partial - 1) / 2;
+}
+
+// Idle before τ by the forwards' arrival alone (no memory): at any t ≤ τ the device has been
+// idle for at least t − first less the forward time that can have run by t. Checked at each of
+// its stages' heads (just before that stage's forwards can help) and at τ.
+double arrival_idle_us(const DeviceDemand& dd, double tau) {
+  double idle = 0;
+  auto idle_by = [&](double t) {
+    if (!(t > dd.first_us) || t > tau) return;
+    double done = 0;
+    for (const StageLoad& sl : dd.stages) done += forwards_done_by_us(sl, dd.num_microbatches, t);
+    for (const DeviceDemand::Unpriced& u : dd.unpriced) done += std::max(0.0, t - std::max(u.head_us, dd.first_us));
+    idle = std::max(idle, t - dd.first_us - done);
+  };
+  for (const StageLoad& sl : dd.stages) idle_by(sl.head_us);
+  for (const DeviceDemand::Unpriced& u : dd.unpriced) idle_by(u.head_us);
+  idle_by(tau);
+  return idle;
 }
 
 }  // namespace
@@ -121,6 +152,7 @@ double warmup_idle_us(const DeviceDemand& dd) {
     if (dd.recompute) recompute_worth = std::max(recompute_worth, 1 - st.t_r_us / st.t_f_us);
   }
   if (items.empty()) return std::max(0.0, window - filled);
+  const double arrival_idle = arrival_idle_us(dd, tau);
 
   // Offloads: the longest forwards, as many as the link can finish by τ.
   double offloads = t_offload_min > 0 ? std::floor(std::max(0.0, window - t_f_min) / t_offload_min) : kInf;
@@ -137,7 +169,7 @@ double warmup_idle_us(const DeviceDemand& dd) {
   filled += pack_by_time_per_byte(items, &capacity);
   // Recomputed ones (their inputs taken as free): each µs of forward costs t_R/t_F µs later.
   const double idle = std::max(0.0, window - filled);
-  return idle * (1 - recompute_worth);
+  return std::max(arrival_idle, idle * (1 - recompute_worth));
 }
 
 // Let e be the end of the device's last B; the microbatch's chain after it ends no sooner than

@@ -16,6 +16,9 @@ struct StageLoad {
   double round_trip_us = 0;  // F's end → B's start at least: the later stages' F and B, and hops
   double offload_us = 0, reload_us = 0;
   double after_b_us = 0;  // B's end → the microbatch's end at least (stage 0: its own W)
+  // Its forwards start at least this far apart, microbatch after microbatch: no stage up to it
+  // runs its forwards faster than one a t_F (at least its own t_F).
+  double f_interval_us = 0;
 };
 
 struct DeviceDemand {

@@ -70,6 +70,8 @@ class ItemSums {
     sl.offload_us = p_.host_link.d2h_us(st.act_f_bytes);
     sl.reload_us = p_.host_link.h2d_us(st.act_f_bytes);
     sl.after_b_us = s == 0 ? st.t_w_us : tail_us(s, i);
+    // The stages before hold items [0, i): the slowest of them is at least their mean.
+    sl.f_interval_us = std::max(st.t_f_us, s > 0 ? t_f_[i] / s : 0);
     return sl;
   }
 
