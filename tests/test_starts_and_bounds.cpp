@@ -7,6 +7,7 @@
 #include <random>
 
 #include "brute_force.h"
+#include "optimize/device_demand.h"
 #include "optimize/list_scheduler.h"
 #include "optimize/starts.h"
 #include "optimize_checks.h"
@@ -282,6 +283,47 @@ TEST(Bounds, WarmUpIdleWhileForwardsArrive) {
   OptimizeResult r = optimize(p, o);
   EXPECT_TRUE(is_checked(r));
   EXPECT_GE(r.timeline.makespan_us, 31000 - 1e-6);
+}
+
+// The memory a device's warm-up forwards hold, by the time each of them is begun. Device 0 of a
+// V-shape (D = 2, F = 1 ms, room for 1.5 activations, an offload taking 1.5 ms): by 3 ms, when
+// stage 3's first forward can arrive, three of stage 0's have been begun, but one activation fits
+// and only one offload can have ended (1 → 2.5 ms): at least 1 ms idle. Counted at τ alone (4 ms)
+// and by fractions of activations it was 0.5 ms.
+TEST(Bounds, WarmUpIdleWhileMemoryFillsByTheTime) {
+  constexpr double kAct = 1 << 30;
+  StageSpec st;
+  st.t_f_us = st.t_r_us = 1000;
+  st.t_b_us = st.t_w_us = 1000;
+  st.act_f_bytes = static_cast<int64_t>(kAct);
+  DeviceDemand dd;
+  dd.first_us = 0;
+  dd.capacity_bytes = 1.5 * kAct;
+  dd.num_microbatches = 8;
+  //                head    round trip  offload reload after B  forwards apart
+  dd.stages.push_back({st, 0, 6000, 1500, 1500, 1000, 1000});
+  dd.stages.push_back({st, 3000, 0, 1500, 1500, 3000, 1000});
+  EXPECT_DOUBLE_EQ(warmup_idle_us(dd), 1000);
+}
+
+// Offloads go where they help most, not to the longest forwards: one forward of 10 µs whose
+// activation fits and one of 9 µs whose activation does not, one offload ending by τ = 20 µs.
+// Run the 9 µs one first and offload it (9 → 19 µs), the 10 µs one kept: 1 µs idle. Offloading
+// the longest first and keeping a fraction of the other claimed 9.9 µs, above what that order
+// achieves.
+TEST(Bounds, WarmUpOffloadsAreNotTakenLongestFirst) {
+  StageSpec small, large;
+  small.t_f_us = small.t_r_us = 10;
+  small.act_f_bytes = 1;
+  large.t_f_us = large.t_r_us = 9;
+  large.act_f_bytes = 100;
+  DeviceDemand dd;
+  dd.first_us = 0;
+  dd.capacity_bytes = 1;
+  dd.num_microbatches = 1;
+  dd.stages.push_back({small, 0, 10, 10, 10, 0, 10});
+  dd.stages.push_back({large, 0, 11, 10, 10, 0, 9});
+  EXPECT_DOUBLE_EQ(warmup_idle_us(dd), 1);
 }
 
 // Where memory holds few pending W's the cool-down is longer; on tiny problems with random

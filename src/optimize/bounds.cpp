@@ -98,34 +98,80 @@ double forwards_done_by_us(const StageLoad& sl, double num_microbatches, double 
   return whole * t_f + partial * x - r * partial * (2 * whole + partial - 1) / 2;
 }
 
-// Idle before τ by the forwards' arrival alone (no memory): at any t ≤ τ the device has been
-// idle for at least t − first less the forward time that can have run by t. Checked at each of
-// its stages' heads (just before that stage's forwards can help) and at τ.
-double arrival_idle_us(const DeviceDemand& dd, double tau) {
-  double idle = 0;
-  auto idle_by = [&](double t) {
-    if (!(t > dd.first_us) || t > tau) return;
-    double done = 0;
-    for (const StageLoad& sl : dd.stages) done += forwards_done_by_us(sl, dd.num_microbatches, t);
-    for (const DeviceDemand::Unpriced& u : dd.unpriced) done += std::max(0.0, t - std::max(u.head_us, dd.first_us));
-    idle = std::max(idle, t - dd.first_us - done);
-  };
-  for (const StageLoad& sl : dd.stages) idle_by(sl.head_us);
-  for (const DeviceDemand::Unpriced& u : dd.unpriced) idle_by(u.head_us);
-  idle_by(tau);
-  return idle;
+// One stage's forwards by t, as the memory bound below sees them.
+struct ForwardClass {
+  double t_f_us, bytes;
+  double count;            // begun before t (the m-th no sooner than head + m·interval)
+  double arrived_us;       // forward time that can have run by t (forwards_done_by_us)
+  double own_offloads;     // its own offloads that can end by t, one at a time from its first's end
+  double recompute_worth;  // per µs of its forwards recomputed: 1 − t_R/t_F (0 without recomputes)
+};
+
+// The forward time kept or offloaded forwards of the classes can have run by t, at most: each
+// forward begun by then holds its whole activation at t (while it runs too) unless its offload
+// has ended — at most `offloads` of them — or it is to be recomputed; the kept ones' bytes fit
+// the capacity. The linear relaxation's dual, λ per offload and μ per byte, at the candidate
+// prices (any prices bound it; these give the relaxation's optimum when the classes' bytes are
+// equal).
+double kept_or_offloaded_us(const std::vector<ForwardClass>& classes, double offloads, double capacity_bytes) {
+  thread_local std::vector<double> lambdas, mus;  // kept, as in warmup_idle_us
+  lambdas.assign(1, 0);
+  mus.assign(1, 0);
+  double best = 0;
+  for (const ForwardClass& c : classes) {
+    best += c.count * c.t_f_us;
+    lambdas.push_back(c.t_f_us);
+    if (c.bytes > 0) mus.push_back(c.t_f_us / c.bytes);
+  }
+  for (double lambda : lambdas)
+    for (double mu : mus) {
+      if (lambda > 0 && offloads == kInf) continue;
+      double ub = (lambda > 0 ? lambda * offloads : 0) + mu * capacity_bytes;
+      for (const ForwardClass& c : classes) {
+        const double keep_price = c.bytes > 0 ? mu * c.bytes : 0;
+        const double price = c.own_offloads > 0 ? std::min(lambda, keep_price) : keep_price;
+        ub += c.count * std::max(0.0, c.t_f_us - price);
+      }
+      best = std::min(best, ub);
+    }
+  return best;
+}
+
+// What the forwards the device can have run by t are worth, at most, toward its idle time:
+// a kept or offloaded one its t_F, a recomputed one t_F − t_R (its R comes later). Bounded two
+// ways, the least taken: every class together (kept_or_offloaded_us, the recomputed rest at the
+// best worth), and each class alone with whole activations, the others' forwards counted in full
+// (which is how a device with those stages unpriced is priced, so pricing more stages never
+// lowers the bound).
+double forward_worth_us(const std::vector<ForwardClass>& classes, double offloads, double capacity_bytes) {
+  double arrived = 0, best_worth = 0;
+  for (const ForwardClass& c : classes) {
+    arrived += c.arrived_us;
+    best_worth = std::max(best_worth, c.recompute_worth);
+  }
+  const double together = std::min(arrived, kept_or_offloaded_us(classes, offloads, capacity_bytes));
+  double worth = together + best_worth * (arrived - together);
+  for (const ForwardClass& c : classes) {
+    const double offloaded = std::min({c.count, offloads, c.own_offloads});
+    const double kept =
+        c.bytes > 0 ? std::min(c.count - offloaded, std::floor(capacity_bytes / c.bytes)) : c.count - offloaded;
+    const double full = std::min(c.arrived_us, (offloaded + std::max(0.0, kept)) * c.t_f_us);
+    worth = std::min(worth, arrived - c.arrived_us + full + c.recompute_worth * (c.arrived_us - full));
+  }
+  return worth;
 }
 
 }  // namespace
 
 // No B (so no W) can start on the device before τ = the earliest any of its stages' first
 // forward can end plus that stage's round trip. Until then it can only run forwards (and
-// recomputes, which only add work), and each forward begun before τ still holds memory at τ: its
-// whole activation if kept, its input if it is to be recomputed (and that R, costing t_R, comes
-// after τ), nothing only if its offload — one at a time on the device's link — has finished. So
-// the forward time that can fill [first, τ] is at most: offloaded forwards (the longest ones),
-// then kept ones by forward time per byte (fractional), then recomputed ones, each worth
-// t_F − t_R at best.
+// recomputes, which only add work). At any t ≤ τ the device has been idle for at least t − first
+// less what the forwards it can have run by t are worth:
+// - they arrive no faster than the slowest stage up to theirs runs its own (forwards_done_by_us);
+// - each begun by t still holds memory at t — its whole activation if kept, its input if it is to
+//   be recomputed (and that R, costing t_R, comes after τ), nothing only if its offload (one at a
+//   time on the device's link, from the first forward's end) has finished (forward_worth_us).
+// The largest over t at each stage's head (just before its forwards can help) and at τ.
 //
 // Any τ' ≤ τ serves as well (the same holds at τ'), so an unpriced stage's least τ may stand in;
 // its forwards count as filling all of [its head, τ'] at no memory.
@@ -133,43 +179,48 @@ double warmup_idle_us(const DeviceDemand& dd) {
   double tau = kInf;
   for (const StageLoad& sl : dd.stages) tau = std::min(tau, sl.head_us + sl.spec.t_f_us + sl.round_trip_us);
   for (const DeviceDemand::Unpriced& u : dd.unpriced) tau = std::min(tau, u.tau_us);
-  const double window = tau - dd.first_us;
-  if (!(window > 0) || window == kInf) return 0;
-  double filled = 0;
-  for (const DeviceDemand::Unpriced& u : dd.unpriced) filled += std::max(0.0, tau - std::max(u.head_us, dd.first_us));
+  if (!(tau > dd.first_us) || tau == kInf) return 0;
 
-  thread_local std::vector<PackItem> items;  // kept: the bounds over every partition call this millions of times
-  items.clear();
-  double t_f_min = kInf, t_offload_min = kInf, recompute_worth = 0;  // per µs of forward filled
-  for (const StageLoad& sl : dd.stages) {
-    const StageSpec& st = sl.spec;
-    if (sl.head_us >= tau || st.t_f_us <= 0) continue;
-    // Forwards of one stage run one after another from its earliest start.
-    const double count = std::min<double>(dd.num_microbatches, std::ceil((tau - sl.head_us) / st.t_f_us));
-    items.push_back({st.t_f_us, static_cast<double>(st.act_f_bytes), count});
-    t_f_min = std::min(t_f_min, st.t_f_us);
-    t_offload_min = std::min(t_offload_min, sl.offload_us);
-    if (dd.recompute) recompute_worth = std::max(recompute_worth, 1 - st.t_r_us / st.t_f_us);
-  }
-  if (items.empty()) return std::max(0.0, window - filled);
-  const double arrival_idle = arrival_idle_us(dd, tau);
-
-  // Offloads: the longest forwards, as many as the link can finish by τ.
-  double offloads = t_offload_min > 0 ? std::floor(std::max(0.0, window - t_f_min) / t_offload_min) : kInf;
-  if (!dd.offload) offloads = 0;
-  std::sort(items.begin(), items.end(), [](const PackItem& a, const PackItem& b) { return a.time_us > b.time_us; });
-  for (PackItem& it : items) {
-    const double n = std::min(offloads, it.count);
-    filled += n * it.time_us;
-    offloads -= n;
-    it.count -= n;
-  }
-  // Kept: the most forward time per byte first, the last one fractional.
-  double capacity = dd.capacity_bytes;
-  filled += pack_by_time_per_byte(items, &capacity);
-  // Recomputed ones (their inputs taken as free): each µs of forward costs t_R/t_F µs later.
-  const double idle = std::max(0.0, window - filled);
-  return std::max(arrival_idle, idle * (1 - recompute_worth));
+  thread_local std::vector<ForwardClass> classes;  // kept: the bounds over every partition call this millions of times
+  double idle = 0;
+  auto idle_by = [&](double t) {
+    if (!(t > dd.first_us) || t > tau) return;
+    double free_fill = 0;  // the unpriced stages'
+    for (const DeviceDemand::Unpriced& u : dd.unpriced)
+      free_fill += std::max(0.0, t - std::max(u.head_us, dd.first_us));
+    double link_from = kInf, t_offload_min = kInf;
+    classes.clear();
+    for (const StageLoad& sl : dd.stages) {
+      const StageSpec& st = sl.spec;
+      if (!(t > sl.head_us) || st.t_f_us <= 0) continue;
+      const double interval = std::max(sl.f_interval_us, st.t_f_us);
+      const double link_time = t - sl.head_us - st.t_f_us;  // after its first forward
+      const double own_offloads = !dd.offload || !(link_time >= sl.offload_us) ? 0
+                                  : sl.offload_us > 0                          ? std::floor(link_time / sl.offload_us)
+                                                                               : kInf;
+      classes.push_back({st.t_f_us, static_cast<double>(st.act_f_bytes),
+                         std::min<double>(dd.num_microbatches, std::ceil((t - sl.head_us) / interval)),
+                         forwards_done_by_us(sl, dd.num_microbatches, t), own_offloads,
+                         dd.recompute ? std::max(0.0, 1 - st.t_r_us / st.t_f_us) : 0});
+      link_from = std::min(link_from, sl.head_us + st.t_f_us);
+      if (own_offloads > 0) t_offload_min = std::min(t_offload_min, sl.offload_us);
+    }
+    double worth = 0;
+    for (const ForwardClass& c : classes) worth += c.arrived_us;
+    // A capacity below 0 fits no schedule: taken as 0, as the bound over every partition, which
+    // may price the device with more room, does.
+    if (!classes.empty()) {
+      const double offloads = t_offload_min == kInf ? 0
+                              : t_offload_min > 0   ? std::floor(std::max(0.0, t - link_from) / t_offload_min)
+                                                    : kInf;
+      worth = forward_worth_us(classes, offloads, std::max(0.0, dd.capacity_bytes));
+    }
+    idle = std::max(idle, t - dd.first_us - free_fill - worth);
+  };
+  for (const StageLoad& sl : dd.stages) idle_by(sl.head_us);
+  for (const DeviceDemand::Unpriced& u : dd.unpriced) idle_by(u.head_us);
+  idle_by(tau);
+  return idle;
 }
 
 // Let e be the end of the device's last B; the microbatch's chain after it ends no sooner than

@@ -136,9 +136,11 @@ double partition_memory_bound(const Problem& p, const ItemSums& sums, double upp
     dd.unpriced.clear();
     double bound = memory_bound_us(dd);
     if (s == s0) {  // the warm-up, with the device's later stages as free fill, and the cool-down
-      // Stage k starts after one item for each stage before it and ends before one for each after.
+      // Stage k starts after this stage's items and one for each stage between, and ends before
+      // one item for each stage after it.
       for (int k = s + 1; k < S; k++)
-        if (p.device_of(k) == d) dd.unpriced.push_back({sums.head_us(k, k), sums.tau_us(k, L - (S - 1 - k))});
+        if (p.device_of(k) == d)
+          dd.unpriced.push_back({sums.head_us(k, j + (k - s - 1)), sums.tau_us(k, L - (S - 1 - k))});
       dd.tail_us = sums.tail_us(s, i);
       bound = std::max(bound, dd.first_us + dd.work_us + warmup_idle_us(dd) + cooldown_idle_us(dd));
     }
