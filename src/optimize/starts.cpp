@@ -27,8 +27,9 @@ constexpr size_t kGreedyPlacements = 4;  // placements of the space the greedy s
 // every activation offloaded whose lifespan covers the round trip, which often fits outright,
 // with reloads issued two and four reload times ahead (the later ones wait less on a busy link).
 // `scored`: its score when it has been simulated already.
-void add_start(const std::string& name, FamilySchedule built, const ScheduleRules& rules, const Scoring& scoring,
-               Clock::time_point deadline, std::vector<Start>* starts, const Score* scored = nullptr) {
+void add_start(const std::string& name, const std::string& source, FamilySchedule built, const ScheduleRules& rules,
+               const Scoring& scoring, Clock::time_point deadline, std::vector<Start>* starts,
+               const Score* scored = nullptr) {
   Score sc;
   if (scored)
     sc = *scored;
@@ -40,9 +41,9 @@ void add_start(const std::string& name, FamilySchedule built, const ScheduleRule
     Score os;
     if (score_schedule(built.problem, offloaded, &os, scoring) && os < sc)
       starts->push_back(
-          {name + " +offload" + (lead == 2 ? "" : "(lead 4)"), {built.problem, std::move(offloaded)}, os});
+          {name + " +offload" + (lead == 2 ? "" : "(lead 4)"), source, {built.problem, std::move(offloaded)}, os});
   }
-  starts->push_back({name, std::move(built), sc});
+  starts->push_back({name, source, std::move(built), sc});
 }
 
 std::string greedy_name(const PlacementCandidate& pl) {
@@ -72,7 +73,8 @@ std::vector<const PlacementCandidate*> promising_placements(const std::vector<Pl
         if (quick.score < best) best = quick.score;
         // A start of its own too (the screen's time is not lost).
         add_start(greedy_name(pl) + " screened" + (reserve ? " reserved" : "") + (rules.offload ? " +offload 25%" : ""),
-                  {pl.problem, std::move(quick.schedule)}, rules, scoring, deadline, starts, &quick.score);
+                  kGreedySource, {pl.problem, std::move(quick.schedule)}, rules, scoring, deadline, starts,
+                  &quick.score);
       }
     }
     scored.push_back({best, &pl});
@@ -124,7 +126,8 @@ void add_filled_greedy_starts(const std::vector<const PlacementCandidate*>& plac
           add_start(greedy_name(pl) + " filled" + (reserve ? " reserved" : "") +
                         (percent > 0 ? " +offload " + std::to_string(percent) + "%" : "") +
                         (filled.repaired ? " +repair" : ""),
-                    {pl.problem, std::move(filled.schedule)}, rules, scoring, deadline, starts, &filled.score);
+                    kGreedySource, {pl.problem, std::move(filled.schedule)}, rules, scoring, deadline, starts,
+                    &filled.score);
         }
       }
     }
@@ -168,7 +171,7 @@ void add_greedy_starts(const std::vector<const PlacementCandidate*>& placed, con
           if (!s.ok()) continue;
           add_start(greedy_name(pl) + " live≤" + std::to_string(limits[j][i]) + (reserve ? " reserved" : "") +
                         (split ? "" : " fused"),
-                    {pl.problem, std::move(s.value)}, rules, scoring, deadline, starts);
+                    kGreedySource, {pl.problem, std::move(s.value)}, rules, scoring, deadline, starts);
         }
       }
     }
@@ -191,7 +194,7 @@ void add_repartitioned_frugal_starts(const ScheduleRules& rules, const Scoring& 
   for (size_t i = 0; i < starts->size(); i++) {
     const Start& st = (*starts)[i];
     if (st.score.overflow_bytes == 0) return;
-    if (st.name.rfind("frugal ", 0) != 0 || !layers_match(st.built.problem)) continue;
+    if (st.source != kFrugalSource || !layers_match(st.built.problem)) continue;
     const std::string where = placement_label(st.built.problem.placement, st.built.problem.chunks_per_device);
     auto [it, added] = leanest.emplace(where, i);
     if (!added && st.score < (*starts)[it->second].score) it->second = i;
@@ -214,7 +217,8 @@ void add_repartitioned_frugal_starts(const ScheduleRules& rules, const Scoring& 
                                             kMoveEvaluations, deadline);
     if (moved.moves == 0) continue;
     const bool fits = moved.score.overflow_bytes == 0;
-    starts->push_back({frugal.name + " +partition", {std::move(moved.problem), frugal.built.schedule}, moved.score});
+    starts->push_back(
+        {frugal.name + " +partition", frugal.source, {std::move(moved.problem), frugal.built.schedule}, moved.score});
     if (fits) return;
   }
 }
@@ -236,10 +240,7 @@ void add_repaired_starts(const ScheduleRules& rules, const Scoring& scoring, Clo
   // and the answer fell from looped-bfs's repair, 3.05 s, to the frugal schedule's 30.5 s).
   std::set<std::string> sources;
   std::vector<size_t> firsts, rest;
-  for (size_t i : over) {
-    const std::string& name = (*starts)[i].name;
-    (sources.insert(name.substr(0, name.find(' '))).second ? firsts : rest).push_back(i);
-  }
+  for (size_t i : over) (sources.insert((*starts)[i].source).second ? firsts : rest).push_back(i);
   over = std::move(firsts);
   over.insert(over.end(), rest.begin(), rest.end());
   for (size_t i : over) {
@@ -254,7 +255,7 @@ void add_repaired_starts(const ScheduleRules& rules, const Scoring& scoring, Clo
     std::vector<Start> to_repair;
     to_repair.push_back((*starts)[i]);
     if (has_offloads(to_repair[0].built.schedule) && to_repair[0].built.schedule.num_ops() <= kLargeScheduleOps) {
-      Start settled{to_repair[0].name + " +settle", to_repair[0].built, {}};
+      Start settled{to_repair[0].name + " +settle", to_repair[0].source, to_repair[0].built, {}};
       const bool fits = settle_transfers(settled.built.problem, kSettleRounds, &settled.built.schedule);
       if (score_schedule(settled.built.problem, settled.built.schedule, &settled.score, scoring) &&
           settled.score < to_repair[0].score)
@@ -264,7 +265,10 @@ void add_repaired_starts(const ScheduleRules& rules, const Scoring& scoring, Clo
     if (rules.offload && to_repair[0].built.schedule.num_ops() <= kLargeScheduleOps)
       for (int lead : {1, 3}) {
         Result<Schedule> held = hold_to_budget(to_repair[0].built.problem, to_repair[0].built.schedule, lead);
-        Start start{to_repair[0].name + " +hold" + (lead == 1 ? "" : "(lead 3)"), {to_repair[0].built.problem, {}}, {}};
+        Start start{to_repair[0].name + " +hold" + (lead == 1 ? "" : "(lead 3)"),
+                    to_repair[0].source,
+                    {to_repair[0].built.problem, {}},
+                    {}};
         if (!held.ok()) continue;
         start.built.schedule = std::move(held.value);
         if (score_schedule(start.built.problem, start.built.schedule, &start.score, scoring))
@@ -276,6 +280,7 @@ void add_repaired_starts(const ScheduleRules& rules, const Scoring& scoring, Clo
       // in the time limit (D=32, M=256: ~90% of 10 s); there every overflow is fixed per round.
       const bool every_overflow = st.built.schedule.num_ops() > kLargeScheduleOps;
       Start repaired{st.name + " +repair",
+                     st.source,
                      {st.built.problem,
                       repair_memory(st.built.problem, st.built.schedule, max_rounds, every_overflow, deadline, rules)},
                      {}};
@@ -354,11 +359,11 @@ std::vector<Start> make_starts(const Problem& p, const std::vector<PlacementCand
                                Clock::time_point deadline, bool* out_of_time) {
   const Scoring scoring{objective, nullptr};
   std::vector<Start> starts;
-  for (const Frugal& f : frugal) add_start(f.name, f.built, rules, scoring, deadline, &starts);
+  for (const Frugal& f : frugal) add_start(f.name, kFrugalSource, f.built, rules, scoring, deadline, &starts);
   for (FamilyRun& run : runs)
     if (run.status.ok() && run.tuning != Tuning::kRecompute) {  // a recompute tuning re-configures the model
       const Score scored = score_of(run.built.problem, run.timeline, objective);
-      add_start(run.label, std::move(run.built), rules, scoring, deadline, &starts, &scored);
+      add_start(run.label, run.family->name, std::move(run.built), rules, scoring, deadline, &starts, &scored);
     }
   *out_of_time = Clock::now() > deadline;
   // The byte-limited ones first, but with a quarter of the time left for greedy starts: on a large

@@ -15,8 +15,12 @@
 
 namespace optpipe {
 
+inline constexpr const char* kGreedySource = "greedy";
+inline constexpr const char* kFrugalSource = "frugal";
+
 struct Start {
-  std::string name;  // the family, or the greedy rule, it comes from
+  std::string name;    // the family, or the greedy rule, it comes from, and what was done to it
+  std::string source;  // what it was made from: a family's name, kGreedySource or kFrugalSource
   FamilySchedule built;
   Score score;
 };
