@@ -186,3 +186,29 @@ TEST(Megatron, RecomputeFlagsWhereMegatronCanSayThem) {
             std::string::npos)
       << partial;
 }
+
+// One device is no pipeline: Megatron-LM runs virtual stages only with a pipeline size above 1,
+// and torchtitan pipelines only at pipeline_parallel_degree above 1 (ParallelDims.pp_enabled), so
+// neither takes a plan of several chunks on one device; with one chunk both export it.
+TEST(Frameworks, SeveralChunksOnOneDeviceAreRefused) {
+  PlanSpec spec;
+  spec.tp = 4;  // the four GPUs one pipeline device
+  const Problem p = build_problem(find_model("llama2-7b").value, find_cluster("4xh100").value, spec).value;
+  ASSERT_EQ(p.num_devices, 1);
+  Result<Problem> chunked = rechunk(p, Placement::kInterleaved, 4);
+  ASSERT_TRUE(chunked.ok()) << chunked.status.message;
+  Result<Schedule> s = make_interleaved_1f1b(chunked.value);
+  ASSERT_TRUE(s.ok()) << s.status.message;
+  const Result<std::string> megatron = megatron_flags(chunked.value, s.value);
+  EXPECT_FALSE(megatron.ok());
+  EXPECT_NE(megatron.status.message.find("pipeline size above 1"), std::string::npos) << megatron.status.message;
+  for (const Result<std::string>& titan :
+       {torchtitan_toml(chunked.value, "plan.csv"), torchtitan_config(chunked.value, "plan.csv")}) {
+    EXPECT_FALSE(titan.ok());
+    EXPECT_NE(titan.status.message.find("pipeline_parallel_degree above 1"), std::string::npos) << titan.status.message;
+  }
+  Result<Schedule> linear = make_1f1b(p);
+  ASSERT_TRUE(linear.ok());
+  EXPECT_TRUE(megatron_flags(p, linear.value).ok());
+  EXPECT_TRUE(torchtitan_toml(p, "plan.csv").ok());
+}

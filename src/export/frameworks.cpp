@@ -170,9 +170,9 @@ Result<std::string> megatron_flags(const Problem& p, const Schedule& s, const Pl
 
 namespace {
 
-// Ok when torchtitan can take the plan: the model's items behind the stages, and a stage-to-rank
+// Ok when torchtitan can take the plan: the model's items behind the stages, a stage-to-rank
 // style for the placement (it follows the schedule's name even when a CSV gives the order; a
-// wave of more than 2 chunks has none).
+// wave of more than 2 chunks has none), and a pipeline to run them on (more than one device).
 Status torchtitan_can_place(const Problem& p) {
   if (Status st = need_items(p, "torchtitan"); !st.ok()) return st;
   if ((p.placement == Placement::kVShape || p.placement == Placement::kWave) && p.chunks_per_device != 2)
@@ -180,6 +180,11 @@ Status torchtitan_can_place(const Problem& p) {
         "torchtitan places stages looped or in a V of exactly 2 stages a rank (stage_ids_this_rank's \"loop\" and "
         "\"v\" styles); a wave of " +
         std::to_string(p.chunks_per_device) + " chunks cannot be expressed: plan with --placement interleaved");
+  if (p.num_devices == 1 && p.chunks_per_device > 1)
+    return Status::Invalid(
+        "torchtitan pipelines only at pipeline_parallel_degree above 1 (ParallelDims.pp_enabled); "
+        "this plan puts " +
+        std::to_string(p.chunks_per_device) + " chunks on its single device: plan with --chunks 1 for torchtitan");
   return Status::Ok();
 }
 
