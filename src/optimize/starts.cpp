@@ -96,16 +96,17 @@ std::vector<const PlacementCandidate*> promising_placements(const std::vector<Pl
 // Greedy list schedules limited by each device's budget in bytes rather than by a count of
 // activations (filled_greedy): a count treats every activation as whole until its W, and a
 // reservation for a microbatch's later chunks as held, so a device's real peak stays below its
-// limit. Where offloads are allowed, also with an eighth and a quarter of the activations
-// offloaded: the greedy then runs as far ahead as the offloads make room for (D = 64, M = 512:
-// 15.98 s with a quarter against 16.2 s without). Then, on every placement again while there is
-// time, half and all of them offloaded (u-d8-m32-tight-scarce, 4 activations of room and a slow
-// link: 4.08 s with all, 4.11 s before; at D = 64, M = 512 they take 2–7 s each and lose).
+// limit. Where offloads are allowed, also with a quarter and half of the activations offloaded:
+// the greedy then runs as far ahead as the offloads make room for (D = 64, M = 512: 15.98 s with
+// a quarter against 16.2 s without; h-d32-m64-1f1b-comm: 9.615 s with half, 9.682 s when half came
+// only in the second round, which its 10 s did not reach). Then, on every placement again while
+// there is time, an eighth and all of them offloaded (u-d8-m32-tight-scarce, 4 activations of
+// room and a slow link: 4.08 s with all, 4.11 s before).
 void add_filled_greedy_starts(const std::vector<const PlacementCandidate*>& placed, const ScheduleRules& rules,
                               const Scoring& scoring, Objective objective, Clock::time_point deadline,
                               bool* out_of_time, std::vector<Start>* starts) {
   constexpr int kFillRounds = 8;  // D = 64, M = 128: the sixth round repaired best
-  for (const std::vector<double>& offload_shares : {std::vector<double>{0, 0.125, 0.25}, {0.5, 1}})
+  for (const std::vector<double>& offload_shares : {std::vector<double>{0, 0.25, 0.5}, {0.125, 1}})
     for (const PlacementCandidate* candidate : placed) {
       const PlacementCandidate& pl = *candidate;
       for (bool reserve : {false, true}) {
