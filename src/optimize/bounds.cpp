@@ -205,16 +205,12 @@ double warmup_idle_us(const DeviceDemand& dd) {
       link_from = std::min(link_from, sl.head_us + st.t_f_us);
       if (own_offloads > 0) t_offload_min = std::min(t_offload_min, sl.offload_us);
     }
-    double worth = 0;
-    for (const ForwardClass& c : classes) worth += c.arrived_us;
+    const double offloads = t_offload_min == kInf ? 0
+                            : t_offload_min > 0   ? std::floor(std::max(0.0, t - link_from) / t_offload_min)
+                                                  : kInf;
     // A capacity below 0 fits no schedule: taken as 0, as the bound over every partition, which
     // may price the device with more room, does.
-    if (!classes.empty()) {
-      const double offloads = t_offload_min == kInf ? 0
-                              : t_offload_min > 0   ? std::floor(std::max(0.0, t - link_from) / t_offload_min)
-                                                    : kInf;
-      worth = forward_worth_us(classes, offloads, std::max(0.0, dd.capacity_bytes));
-    }
+    const double worth = classes.empty() ? 0 : forward_worth_us(classes, offloads, std::max(0.0, dd.capacity_bytes));
     idle = std::max(idle, t - dd.first_us - free_fill - worth);
   };
   for (const StageLoad& sl : dd.stages) idle_by(sl.head_us);
