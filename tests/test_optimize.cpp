@@ -162,6 +162,26 @@ TEST(Search, WindowRepeatsAreTheSteadyStatesPeriods) {
   EXPECT_GE(expected.size(), 8u);  // the steady state holds most of the 16 microbatches
 }
 
+TEST(Search, CoolDownWsMoveAfterLaterBackwards) {
+  auto op = [](OpKind kind, int stage, int mb) { return Op{kind, stage, mb}; };
+  const OpKind F = OpKind::kF, B = OpKind::kB, W = OpKind::kW, BW = OpKind::kBW;
+  // Two stages on one device; from the 2nd last B on, each W passes the next backward.
+  std::vector<Op> ops{op(F, 0, 2), op(B, 1, 1), op(W, 1, 1), op(B, 0, 1), op(W, 0, 1),
+                      op(B, 1, 2), op(W, 1, 2), op(B, 0, 2), op(W, 0, 2)};
+  EXPECT_EQ(defer_cooldown_ws(ops, 2, 1, /*split_fused=*/false), 5u);
+  EXPECT_EQ(ops, (std::vector<Op>{op(F, 0, 2), op(B, 1, 1), op(W, 1, 1), op(B, 0, 1), op(W, 0, 1), op(B, 1, 2),
+                                  op(B, 0, 2), op(W, 1, 2), op(W, 0, 2)}));
+  // Past every backward, they keep their order at the end; nothing left to move says so.
+  std::vector<Op> all = {op(B, 1, 1), op(W, 1, 1), op(B, 0, 1), op(W, 0, 1), op(B, 1, 2), op(W, 1, 2)};
+  EXPECT_EQ(defer_cooldown_ws(all, 3, 4, false), 0u);
+  EXPECT_EQ(all, (std::vector<Op>{op(B, 1, 1), op(B, 0, 1), op(B, 1, 2), op(W, 1, 1), op(W, 0, 1), op(W, 1, 2)}));
+  EXPECT_EQ(defer_cooldown_ws(all, 3, 4, false), all.size());
+  // split_fused: the last fused backwards split, each W after the next backward.
+  std::vector<Op> fused{op(F, 0, 3), op(BW, 0, 1), op(BW, 0, 2), op(BW, 0, 3)};
+  EXPECT_EQ(defer_cooldown_ws(fused, 2, 1, /*split_fused=*/true), 2u);
+  EXPECT_EQ(fused, (std::vector<Op>{op(F, 0, 3), op(BW, 0, 1), op(B, 0, 2), op(B, 0, 3), op(W, 0, 2), op(W, 0, 3)}));
+}
+
 // However short the limit, every family as published is considered (their practitioner tunings
 // only as the limit allows) unless the families alone outlast it by a quarter second: on a large
 // problem whose repairs alone outlast the limit, the answer still fits and is no slower than the

@@ -111,6 +111,7 @@ class Mover {
     if (pick(100) < 3) return split_cooldown(s);
     const int d = pick(p_.num_devices);
     DeviceSchedule& ds = s.devices[d];
+    if (pick(100) < 8) return defer_ws(ds);
     const int kind = pick(100);
     tile_ = pick(100) < kTiledPercent;
     if (kind < 55) return move_compute(ds);
@@ -214,37 +215,14 @@ class Mover {
   bool split_cooldown(Schedule& s) {
     const int k = 1 + pick(std::max(1, p_.num_microbatches / 2)), later = 1 + pick(3);
     bool any = false;
-    std::vector<Op> out;
-    std::vector<std::pair<Op, int>> pending;  // a W, and the backwards still to pass
     for (DeviceSchedule& ds : s.devices) {
       std::vector<Op>& ops = ds.compute;
-      int first_split = static_cast<int>(ops.size());
-      for (int i = first_split - 1, n = 0; i >= 0 && n < k; i--)
-        if (ops[i].kind == OpKind::kBW) {
-          first_split = i;
-          n++;
-        }
-      if (first_split == static_cast<int>(ops.size())) continue;
+      const size_t first = defer_cooldown_ws(ops, k, later, /*split_fused=*/true);
+      if (first == ops.size()) continue;
       any = true;
-      out.assign(ops.begin(), ops.begin() + first_split);
-      pending.clear();
-      for (size_t i = first_split; i < ops.size(); i++) {
-        Op op = ops[i];
-        const bool backward = op.kind == OpKind::kB || op.kind == OpKind::kBW;
-        if (op.kind == OpKind::kBW) {
-          op.kind = OpKind::kB;
-          split_[op_id(p_, ops[i])] = 1;
-        }
-        out.push_back(op);
-        if (!backward) continue;
-        for (auto& [w, left] : pending)
-          if (--left == 0) out.push_back(w);
-        std::erase_if(pending, [](const auto& w) { return w.second == 0; });
-        if (ops[i].kind == OpKind::kBW) pending.push_back({Op{OpKind::kW, op.stage, op.microbatch}, later});
-      }
-      for (const auto& w : pending) out.push_back(w.first);
-      ops.swap(out);
       // Reloads that name a split BW name its B now (one pass, not one per split).
+      for (size_t i = first; i < ops.size(); i++)
+        if (ops[i].kind == OpKind::kB) split_[op_id(p_, Op{OpKind::kBW, ops[i].stage, ops[i].microbatch})] = 1;
       auto renamed = [&](Op& x) {
         if (x.kind == OpKind::kBW && split_[op_id(p_, x)]) x.kind = OpKind::kB;
       };
@@ -252,10 +230,19 @@ class Mover {
         renamed(r.anchor);
         for (Op& x : r.after) renamed(x);
       }
-      for (int i = first_split; i < static_cast<int>(ops.size()); i++)
+      for (size_t i = first; i < ops.size(); i++)
         if (ops[i].kind == OpKind::kB) split_[op_id(p_, Op{OpKind::kBW, ops[i].stage, ops[i].microbatch})] = 0;
     }
     return any;
+  }
+
+  // On one device, its W's from its k-th last backward on each moved after its next `later`
+  // backwards. A bottleneck device then runs its last backwards as their chains arrive and fills
+  // the chain after its last one with W's, which W's moved one at a time seldom find: the
+  // makespan moves only once all of them are out of the way.
+  bool defer_ws(DeviceSchedule& ds) {
+    const int k = 1 + pick(std::max(1, p_.num_microbatches / 2)), later = 1 + pick(4);
+    return defer_cooldown_ws(ds.compute, k, later, /*split_fused=*/false) < ds.compute.size();
   }
 
   // Takes out the recompute at compute[r]; reloads issued at it are issued at the op after it.
@@ -432,6 +419,38 @@ class Mover {
 };
 
 }  // namespace
+
+size_t defer_cooldown_ws(std::vector<Op>& ops, int k, int later, bool split_fused) {
+  const OpKind from_kind = split_fused ? OpKind::kBW : OpKind::kB;
+  size_t first = ops.size();
+  for (size_t i = ops.size(), n = 0; i-- > 0 && static_cast<int>(n) < k;)
+    if (ops[i].kind == from_kind) {
+      first = i;
+      n++;
+    }
+  if (first == ops.size()) return first;
+  std::vector<Op> out(ops.begin(), ops.begin() + static_cast<std::ptrdiff_t>(first));
+  std::vector<std::pair<Op, int>> pending;  // a W, and the backwards still to pass
+  for (size_t i = first; i < ops.size(); i++) {
+    Op op = ops[i];
+    if (!split_fused && op.kind == OpKind::kW) {
+      pending.push_back({op, later});
+      continue;
+    }
+    const bool backward = op.kind == OpKind::kB || op.kind == OpKind::kBW;
+    if (split_fused && op.kind == OpKind::kBW) op.kind = OpKind::kB;
+    out.push_back(op);
+    if (!backward) continue;
+    for (auto& [w, left] : pending)
+      if (--left == 0) out.push_back(w);
+    std::erase_if(pending, [](const auto& w) { return w.second == 0; });
+    if (split_fused && ops[i].kind == OpKind::kBW) pending.push_back({Op{OpKind::kW, op.stage, op.microbatch}, later});
+  }
+  for (const auto& w : pending) out.push_back(w.first);
+  const bool moved = out != ops;
+  ops.swap(out);
+  return moved ? first : ops.size();
+}
 
 namespace {
 

@@ -79,6 +79,12 @@ struct SearchShared {
 // make the change a move makes in the window at every such offset too.
 std::vector<int> window_repeats(const std::vector<Op>& ops, int lo, int hi, int num_microbatches);
 
+// The cool-down reorder of one device's compute order the search's moves make: from its k-th
+// last backward (a fused BW with split_fused, else a B) on, each W moved after the next `later`
+// backwards, those past the last one to the end, order kept; with split_fused each fused BW there
+// split, its W moved so. Returns the index the reorder began at, ops.size() when nothing changed.
+size_t defer_cooldown_ws(std::vector<Op>& ops, int k, int later, bool split_fused);
+
 // Improves `start` for at most max_evaluations simulated candidates, or until shared says stop,
 // its moves keeping to `rules`. Deterministic for a given seed when not stopped early.
 SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
