@@ -125,8 +125,8 @@ Problem half_1f1b_vshape(int D, int M) {
 TEST(Starts, FilledGreedyWithOffloadsBeatsItWithout) {
   const Problem v = half_1f1b_vshape(32, 128);
   const auto later = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  const FilledGreedy without = filled_greedy(v, true, 0, 5, Objective::kMakespan, later);
-  const FilledGreedy with = filled_greedy(v, true, 0.125, 5, Objective::kMakespan, later);
+  const FilledGreedy without = filled_greedy(v, {.reserve_later_chunks = true}, 0, 5, Objective::kMakespan, later);
+  const FilledGreedy with = filled_greedy(v, {.reserve_later_chunks = true}, 0.125, 5, Objective::kMakespan, later);
   ASSERT_FALSE(without.schedule.devices.empty() || with.schedule.devices.empty());
   EXPECT_EQ(without.score.overflow_bytes, 0);
   EXPECT_EQ(with.score.overflow_bytes, 0);
@@ -142,6 +142,31 @@ TEST(Starts, FilledGreedyWithOffloadsBeatsItWithout) {
   EXPECT_EQ(after.timeline.makespan_us, with.score.objective_us);
 }
 
+// The greedy's order is the caller's: forward-first runs more forwards ahead of a device's first
+// backward than backward-first (1F1B's rule), as many as the budget holds, and both fit.
+TEST(Starts, FilledGreedyKeepsTheOrderItIsGiven) {
+  const Problem v = half_1f1b_vshape(8, 32);
+  const auto later = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto forwards_before_first_backward = [](const Schedule& s, int d) {
+    const std::vector<Op>& ops = s.devices[d].compute;
+    int n = 0;
+    while (n < static_cast<int>(ops.size()) && ops[n].kind == OpKind::kF) n++;
+    return n;
+  };
+  const FilledGreedy backward_first =
+      filled_greedy(v, {.reserve_later_chunks = true}, 0.5, 3, Objective::kMakespan, later);
+  const FilledGreedy forward_first =
+      filled_greedy(v, {.backward_first = false, .reserve_later_chunks = true}, 0.5, 3, Objective::kMakespan, later);
+  ASSERT_FALSE(backward_first.schedule.devices.empty() || forward_first.schedule.devices.empty());
+  EXPECT_EQ(forward_first.score.overflow_bytes, 0);
+  EXPECT_EQ(backward_first.score.overflow_bytes, 0);
+  // Device 0, the first to wait for its first backward (the V's turn gets its own at once).
+  EXPECT_GT(forwards_before_first_backward(forward_first.schedule, 0),
+            forwards_before_first_backward(backward_first.schedule, 0));
+  Validation check = validate(v, forward_first.schedule, {.check_memory_budget = false});
+  EXPECT_TRUE(check.ok()) << check.summary();
+}
+
 // A round over the budget is repaired and competes: D = 16, M = 64 with a quarter offloaded, the
 // repaired first round (2.095 s) beats every round that fits without repairs (2.135 s).
 TEST(Starts, FilledGreedyRepairsARoundOverTheBudget) {
@@ -149,8 +174,9 @@ TEST(Starts, FilledGreedyRepairsARoundOverTheBudget) {
   const auto later = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   ScheduleRules no_repair;
   no_repair.offload = no_repair.recompute = false;
-  const FilledGreedy plain = filled_greedy(v, true, 0.25, 3, Objective::kMakespan, later, no_repair);
-  const FilledGreedy repaired = filled_greedy(v, true, 0.25, 3, Objective::kMakespan, later);
+  const FilledGreedy plain =
+      filled_greedy(v, {.reserve_later_chunks = true}, 0.25, 3, Objective::kMakespan, later, no_repair);
+  const FilledGreedy repaired = filled_greedy(v, {.reserve_later_chunks = true}, 0.25, 3, Objective::kMakespan, later);
   ASSERT_FALSE(plain.schedule.devices.empty() || repaired.schedule.devices.empty());
   EXPECT_EQ(plain.score.overflow_bytes, 0);
   EXPECT_EQ(repaired.score.overflow_bytes, 0);

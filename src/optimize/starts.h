@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "optimize/frugal.h"
+#include "optimize/list_scheduler.h"
 #include "optimize/search.h"
 #include "optpipe/families.h"
 #include "optpipe/problem.h"
@@ -37,7 +38,8 @@ std::vector<Start> make_starts(const Problem& p, const std::vector<PlacementCand
                                std::chrono::steady_clock::time_point greedy_deadline,
                                std::chrono::steady_clock::time_point deadline, bool* out_of_time);
 
-// The greedy list schedule under per-device byte limits (ListRules::max_act_bytes), with
+// The greedy list schedule in `order`'s order (its limits are set here) under per-device byte
+// limits (ListRules::max_act_bytes), with
 // `offload_share` of its activations offloaded (add_offloads, every 1/share-th whose lifespan
 // covers the round trip): the limits start that share above each device's budget and, round by
 // round, move by what the simulated peak left free or overflowed (from the third round, only
@@ -50,7 +52,7 @@ struct FilledGreedy {
   Score score;
   bool repaired = false;  // the best is a repaired round
 };
-FilledGreedy filled_greedy(const Problem& p, bool reserve_later_chunks, double offload_share, int rounds,
+FilledGreedy filled_greedy(const Problem& p, const ListRules& order, double offload_share, int rounds,
                            Objective objective, std::chrono::steady_clock::time_point deadline,
                            const ScheduleRules& rules = {});
 
