@@ -38,15 +38,14 @@ std::vector<Start> make_starts(const Problem& p, const std::vector<PlacementCand
                                std::chrono::steady_clock::time_point greedy_deadline,
                                std::chrono::steady_clock::time_point deadline, bool* out_of_time);
 
-// The greedy list schedule in `order`'s order (its limits are set here) under per-device byte
-// limits (ListRules::max_act_bytes), with
-// `offload_share` of its activations offloaded (add_offloads, every 1/share-th whose lifespan
-// covers the round trip): the limits start that share above each device's budget and, round by
-// round, move by what the simulated peak left free or overflowed (from the third round, only
-// down). A round over the budget is also repaired (repair_memory, as `rules` allow), and the
-// repaired schedule competes too: where the limits circle a fit, a round one activation over
-// repairs at little cost. The best of at most `rounds` by nominal score; an empty schedule when
-// none ran (the deadline passed, or the greedy failed).
+// The greedy list schedule in `order`'s order under per-device byte limits (ListRules::
+// max_act_bytes, set here), with `offload_share` of its activations offloaded (add_offloads,
+// every 1/share-th whose lifespan covers the round trip): the limits start that share above each
+// device's budget and, round by round, move by what the simulated peak left free or overflowed
+// (from the third round, only down). A round over the budget is also repaired (repair_memory, as
+// `rules` allow), and the repaired schedule competes too: where the limits circle a fit, a round
+// one activation over repairs at little cost. The best of at most `rounds` by nominal score; an
+// empty schedule when none ran (the deadline passed, or the greedy failed).
 struct FilledGreedy {
   Schedule schedule;
   Score score;
