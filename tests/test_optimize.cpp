@@ -20,6 +20,17 @@
 
 using namespace optpipe;
 
+namespace {
+
+// The plan's default problem: llama2-13b on 8 A100-40GB at 36 GiB.
+Result<Problem> main_job_problem() {
+  PlanSpec plan;
+  plan.mem_budget_bytes = 36ll << 30;
+  return build_problem(find_model("llama2-13b").value, find_cluster("8xa100-40gb").value, plan);
+}
+
+}  // namespace
+
 TEST(Optimize, DefaultProblemIsSolvedToItsBound) {
   // On one and two chunks a device, ZB-V meets the V-shape bound: 15 ms of start-up + 240 ms of work.
   OptimizeOptions o = quick();
@@ -356,9 +367,7 @@ TEST(Optimize, DropNeedlessRecomputesAndOffloads) {
 // device, half of the activations offloaded first, the rest at once and one by one in a random
 // order; both lists in compute order (offloads by forward, reloads by backward).
 TEST(Optimize, AnswersFitUnderAnyTimingAtNoCost) {
-  PlanSpec plan;
-  plan.mem_budget_bytes = 36ll << 30;
-  Result<Problem> p = build_problem(find_model("llama2-13b").value, find_cluster("8xa100-40gb").value, plan);
+  const Result<Problem> p = main_job_problem();
   ASSERT_TRUE(p.ok()) << p.status.message;
   OptimizeOptions exact = quick(4000);
   exact.any_timing = false;
@@ -399,9 +408,7 @@ TEST(Optimize, StaticMemoryOverTheBudgetIsRefusedAtOnce) {
 // devices, wave v4, where the per-stage balanced cut gives devices 6 and 7 two 2-layer stages
 // each (11.8 s of work against device 0's 9.0 s) and the explicit run answered 12.5 s at 10 s.
 TEST(Optimize, WaveStartsBalanceTheDevicesWork) {
-  PlanSpec plan;
-  plan.mem_budget_bytes = 36ll << 30;
-  Result<Problem> p = build_problem(find_model("llama2-13b").value, find_cluster("8xa100-40gb").value, plan);
+  const Result<Problem> p = main_job_problem();
   ASSERT_TRUE(p.ok()) << p.status.message;
   OptimizeOptions o = quick(300);
   o.rules.placements = {Placement::kWave};
