@@ -438,6 +438,10 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   out.stats.start_objective_us = st.score.objective_us;
 
   out.problem = st.built.problem;
+  // The answer's cut travels as its items per stage; the rule it names stays the caller's, so that
+  // the plan file reads back against the caller's problem (a start on the device-balanced or even
+  // cut carries that rule).
+  out.problem.partition = p.partition;
   SearchResult searched = raced.best;
   if (repartition && layers_match(out.problem))
     search_partition(options, by_time, race.budget / 4, before_end(search_share), placements.noise_for(out.problem),
