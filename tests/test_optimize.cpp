@@ -7,6 +7,7 @@
 #include "brute_force.h"
 #include "exact/by_start.h"
 #include "optimize/list_scheduler.h"
+#include "optimize/moves.h"
 #include "optimize/search.h"
 #include "optimize/starts.h"
 #include "optimize_checks.h"

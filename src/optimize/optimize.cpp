@@ -1,6 +1,7 @@
 // The optimizer's driver: the starts (starts.cpp), a race of local searches from the best of them
-// (race.cpp), the winner tidied, improved by the exact models when asked (exact_driver.cpp),
-// gated, then validated and simulated once more for the report.
+// (race.cpp) with the bound over the space's placements (placements.cpp), the winner tidied,
+// improved by the exact models when asked (exact_driver.cpp), gated, then validated and simulated
+// once more for the report.
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -9,6 +10,7 @@
 #include "optimize/exact_driver.h"
 #include "optimize/frugal.h"
 #include "optimize/partition.h"
+#include "optimize/placements.h"
 #include "optimize/race.h"
 #include "optimize/search.h"
 #include "optimize/starts.h"
@@ -55,91 +57,6 @@ Status check_options(const OptimizeOptions& options, const NoiseSpec& robust) {
   if (st.ok() && robust.samples > 1000)
     st = Status::Invalid("optimize: robust samples must be at most 1000, got " + std::to_string(robust.samples));
   return st;
-}
-
-// The placements the raced starts are in: each one's problem, its lower bound, and with
-// robust_sigma its noise samples, drawn once so that every candidate meets the same.
-struct Placements {
-  std::vector<const Problem*> problems;
-  std::vector<double> bounds;
-  std::vector<NoiseSamples> noise;
-  // The least bound of the space's placements not raced: the bound holds over the whole space.
-  double others_bound_us = std::numeric_limits<double>::infinity();
-
-  const NoiseSamples* noise_for(const Problem& sp) const {
-    if (noise.empty()) return nullptr;
-    for (size_t k = 0; k < problems.size(); k++)
-      if (same_placement(*problems[k], sp)) return &noise[k];
-    OPTPIPE_CHECK(false, "every raced start's placement has its samples");
-    return nullptr;
-  }
-  double bound() const { return std::min(others_bound_us, *std::min_element(bounds.begin(), bounds.end())); }
-  // The bound of sp's placement alone (the overall bound when sp's placement was not raced).
-  double bound_of(const Problem& sp) const {
-    double out = bound();
-    for (size_t k = 0; k < problems.size(); k++)
-      if (same_placement(*problems[k], sp)) out = std::max(out, bounds[k]);
-    return out;
-  }
-  void raise_bound(const Problem& sp, double bound_us) {
-    for (size_t k = 0; k < problems.size(); k++)
-      if (same_placement(*problems[k], sp)) bounds[k] = std::max(bounds[k], bound_us);
-  }
-};
-
-// A bound over every partition of one placement's layers, computed before the starts.
-struct FreeBound {
-  Placement placement;
-  int chunks_per_device;
-  double bound_us;
-};
-
-// One placement's bound: with the partition searched, one that holds over every partition.
-double placement_bound(const Problem& sp, Objective objective, const ScheduleRules& rules, bool partition_free,
-                       const std::vector<FreeBound>& free_bounds, Clock::time_point bounds_deadline) {
-  if (!partition_free || !layers_match(sp)) return lower_bound_for(sp, /*fits_budget=*/true, objective, rules);
-  const auto known = std::find_if(free_bounds.begin(), free_bounds.end(), [&](const FreeBound& b) {
-    return b.placement == sp.placement && b.chunks_per_device == sp.chunks_per_device;
-  });
-  return known != free_bounds.end() && objective == Objective::kMakespan
-             ? known->bound_us
-             : partition_free_lower_bound(sp, objective, bounds_deadline, rules);
-}
-
-// The raced starts' placements, each with its bound, and the least bound of the rest of the space;
-// with `every_placement` (for the exact models to prove) the rest each as its own.
-Placements placements_of(const std::vector<Start>& starts, int num_searches,
-                         const std::vector<PlacementCandidate>& space, bool every_placement, const NoiseSpec* robust,
-                         Objective objective, const ScheduleRules& rules, bool partition_free,
-                         const std::vector<FreeBound>& free_bounds, Clock::time_point bounds_deadline) {
-  Placements out;
-  std::vector<std::string> names;
-  for (int k = 0; k < num_searches; k++) {
-    const Problem& sp = starts[k].built.problem;
-    const std::string where = placement_label(sp.placement, sp.chunks_per_device);
-    if (std::find(names.begin(), names.end(), where) != names.end()) continue;
-    names.push_back(where);
-    out.problems.push_back(&sp);
-    out.bounds.push_back(placement_bound(sp, objective, rules, partition_free, free_bounds, bounds_deadline));
-  }
-  for (const PlacementCandidate& c : space) {
-    if (std::find(names.begin(), names.end(), placement_label(c.placement, c.chunks_per_device)) != names.end())
-      continue;
-    const double bound_us = placement_bound(c.problem, objective, rules, partition_free, free_bounds, bounds_deadline);
-    if (!every_placement) {
-      out.others_bound_us = std::min(out.others_bound_us, bound_us);
-      continue;
-    }
-    out.problems.push_back(&c.problem);
-    out.bounds.push_back(bound_us);
-  }
-  if (robust)
-    for (const Problem* sp : out.problems) {
-      const NoiseSampler sampler(*sp, *robust);
-      out.noise.emplace_back(robust->samples);
-      for (int i = 0; i < robust->samples; i++) sampler.draw(i, &out.noise.back()[i]);
-    }
-  return out;
 }
 
 // The winner gated (with any_timing), checked and simulated once more, the way everything optpipe

@@ -73,18 +73,6 @@ struct SearchShared {
   std::atomic<double> best_fitting_us{0};  // its objective; 0: nothing that fits yet
 };
 
-// The offsets o at which a device's compute order repeats the window ops[lo..hi] k microbatches
-// on (k = 1, 2, … and −1, −2, …, each way until the pattern breaks): ops[t + o] is ops[t] with its
-// microbatch + k for every t in the window, and no two windows overlap. The search's tiled moves
-// make the change a move makes in the window at every such offset too.
-std::vector<int> window_repeats(const std::vector<Op>& ops, int lo, int hi, int num_microbatches);
-
-// The cool-down reorder of one device's compute order the search's moves make: from its k-th
-// last backward (a fused BW with split_fused, else a B) on, each W moved after the next `later`
-// backwards, those past the last one to the end, order kept; with split_fused each fused BW there
-// split, its W moved so. Returns the index the reorder began at, ops.size() when nothing changed.
-size_t defer_cooldown_ws(std::vector<Op>& ops, int k, int later, bool split_fused);
-
 // Improves `start` for at most max_evaluations simulated candidates, or until shared says stop,
 // its moves keeping to `rules`. Deterministic for a given seed when not stopped early.
 SearchResult local_search(const Problem& p, const Schedule& start, uint64_t seed, int64_t max_evaluations,
