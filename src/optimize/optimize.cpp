@@ -222,13 +222,13 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
   out.stats.best_family = baseline_of(fastest_fitting(runs, options.objective), options.objective);
   out.stats.best_published_family =
       baseline_of(fastest_fitting(runs, options.objective, /*as_published_only=*/true), options.objective);
-  // With the partition free, the families also on the cut that balances each device's load
-  // (PartitionRule::kDevices) rather than each stage's: starts, not baselines, so left out when
-  // the families took the first quarter of the limit.
-  if (!options.rules.fixed_partition && layers_match(p) && p.partition == PartitionRule::kBalanced &&
-      Clock::now() < starts_until) {
-    Problem level = p;
-    level.partition = PartitionRule::kDevices;
+  // With the partition free, the cut that balances each device's load (PartitionRule::kDevices)
+  // rather than each stage's: the families run on it too (starts, not baselines, so left out when
+  // the families took the first quarter of the limit), and a wave's greedy starts take it.
+  const bool devices_cut = partition_free && p.partition == PartitionRule::kBalanced;
+  Problem level = p;
+  level.partition = PartitionRule::kDevices;
+  if (devices_cut && Clock::now() < starts_until) {
     std::vector<FamilyRun> leveled =
         run_families(level, {.op_times = false, .any_timing = false}, starts_until, interleaved);
     rule_out(options.rules, space, &leveled);
@@ -262,18 +262,13 @@ OptimizeResult optimize(const Problem& p, const OptimizeOptions& options) {
       }
     }
   }
-  // The greedy starts on a wave take the cut that balances each device's load: a wave's
-  // per-stage balanced cut leaves its heavy stages together on a few devices (llama2-13b, wave v4:
-  // devices 6 and 7 with 11.8 s of work against device 0's 9.0 s).
+  // A wave's per-stage balanced cut leaves its heavy stages together on a few devices (llama2-13b,
+  // wave v4: devices 6 and 7 with 11.8 s of work against device 0's 9.0 s).
   std::vector<PlacementCandidate> start_space = space;
-  if (partition_free && p.partition == PartitionRule::kBalanced) {
-    Problem level = p;
-    level.partition = PartitionRule::kDevices;
-    for (PlacementCandidate& c : start_space)
-      if (c.placement == Placement::kWave)
-        if (Result<Problem> cut = rechunk(level, c.placement, c.chunks_per_device); cut.ok())
-          c.problem = std::move(cut.value);
-  }
+  for (PlacementCandidate& c : start_space)
+    if (devices_cut && c.placement == Placement::kWave)
+      if (Result<Problem> cut = rechunk(level, c.placement, c.chunks_per_device); cut.ok())
+        c.problem = std::move(cut.value);
   bool out_of_time = false;
   std::vector<Start> starts = make_starts(p, start_space, frugal, runs, options.rules, options.objective, starts_until,
                                           repairs_until, &out_of_time);
