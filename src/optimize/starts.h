@@ -28,8 +28,8 @@ struct Start {
 
 // The frugal schedules, the families' runs that apply and keep to the rules (their built
 // schedules are moved out; see rule_out), then greedy schedules on the most promising placements
-// of `space` until
-// `greedy_deadline`, then repairs of those that overflow until `deadline`; the best of each kind
+// of `space` until `greedy_deadline` (or a third of the time left before `deadline`, when the
+// families took longer), then repairs of those that overflow until `deadline`; the best of each kind
 // (placement; split or fused backwards) first, then the rest by score. Empty when nothing
 // applies. `out_of_time` is set when a deadline cut the list short.
 std::vector<Start> make_starts(const Problem& p, const std::vector<PlacementCandidate>& space,
