@@ -377,10 +377,10 @@ std::vector<Start> make_starts(const Problem& p, const std::vector<PlacementCand
   *out_of_time = Clock::now() > deadline;
   // The byte-limited ones first, but with a quarter of the time left for greedy starts: on a large
   // problem the count-limited ones would use it all, and on a smaller one they find what these miss.
-  // At least a third of the time left before the repairs' deadline, where the families took
-  // the greedy starts' share (h-d32-m256-tight-comm-shared at 10 s, the families to 2.5 s: no
-  // count-limited greedy start was made, the answer a family's 36.29 s; with a third, greedy
-  // interleaved v4's 33.53 s). The placements screened first take a tenth.
+  // They end at greedy_deadline or a third of the way to the repairs' deadline, whichever is
+  // later: the families may have taken their share (h-d32-m256-tight-comm-shared at 10 s, the
+  // families to 2.5 s: no count-limited greedy start was made, the answer a family's 36.29 s;
+  // with the third, greedy interleaved v4's 33.53 s). The placements screened first take a tenth.
   const Clock::time_point greedy_until = std::max(greedy_deadline, Clock::now() + (deadline - Clock::now()) / 3);
   const Clock::time_point screen_deadline = Clock::now() + (greedy_until - Clock::now()) / 10;
   const std::vector<const PlacementCandidate*> placed =
